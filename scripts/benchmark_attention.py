@@ -1,0 +1,213 @@
+"""Time every attention variant, forward and forward+backward, against sequence length.
+
+    python scripts/benchmark_attention.py                      # CPU, fp32, lengths 256..16384
+    python scripts/benchmark_attention.py --device cuda --dtype bf16
+
+Besides the four linarena modules it times two reference implementations in the same run, so
+every speed claim is a ratio measured side by side:
+  - einsum_elu: a straightforward einsum implementation of elu+1 attention;
+  - performer_pytorch: FastAttention from the `performer-pytorch` package (if installed,
+    `pip install -e ".[bench]"`), with both Performers' approximation error against exact softmax.
+Prints a table and writes a CSV (default results/benchmark_attention.csv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from linarena.analysis.timing import is_out_of_memory, time_fn
+from linarena.attention import (
+    CosformerAttention,
+    EluAttention,
+    PerformerAttention,
+    SoftmaxAttention,
+)
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+LINEAR = ("elu", "performer", "cosformer")
+
+
+def einsum_elu(q, k, v, eps: float = 1e-6):
+    """The textbook elu+1 linear attention: what the linarena kernel is compared against."""
+    q, k = F.elu(q) + 1, F.elu(k) + 1
+    kv = torch.einsum("bhnd,bhne->bhde", k, v)
+    normaliser = 1 / (torch.einsum("bhnd,bhd->bhn", q, k.sum(dim=2)) + eps)
+    return torch.einsum("bhnd,bhde,bhn->bhne", q, kv, normaliser)
+
+
+def build_variants(args) -> dict[str, Callable]:
+    d, causal, max_len = args.head_dim, args.causal, max(args.lengths)
+    variants = {
+        "softmax": SoftmaxAttention(d, causal=causal),
+        "elu": EluAttention(d, causal=causal),
+        "performer": PerformerAttention(d, causal=causal, num_features=args.num_features, seed=0),
+        "cosformer": CosformerAttention(d, causal=causal, max_length=max_len),
+    }
+    if not causal:
+        variants["einsum_elu"] = einsum_elu
+        try:
+            from performer_pytorch import FastAttention
+
+            variants["performer_pytorch"] = FastAttention(dim_heads=d, nb_features=args.num_features)
+        except ImportError:
+            print("performer-pytorch not installed: skipping that reference (pip install -e '.[bench]')")
+    return {
+        name: (m.to(args.device) if isinstance(m, torch.nn.Module) else m)
+        for name, m in variants.items()
+        if name in args.variants or name in ("einsum_elu", "performer_pytorch")
+    }
+
+
+def measure(fn, length: int, args) -> dict:
+    """Median forward and forward+backward milliseconds, and CUDA peak memory."""
+    shape = (args.batch, args.heads, length, args.head_dim)
+    q, k, v = (torch.randn(shape, device=args.device, requires_grad=True) for _ in range(3))
+    autocast = torch.autocast(args.device.type, dtype=DTYPES[args.dtype],
+                              enabled=args.dtype != "fp32")
+
+    def forward():
+        with torch.no_grad(), autocast:
+            fn(q, k, v)
+
+    def forward_backward():
+        with autocast:
+            out = fn(q, k, v)
+        out.float().sum().backward()
+
+    if args.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(args.device)
+    row = {"fwd_ms": 1e3 * time_fn(forward, args.warmup, args.repeats, args.device),
+           "fwd_bwd_ms": 1e3 * time_fn(forward_backward, args.warmup, args.repeats, args.device)}
+    if args.device.type == "cuda":
+        row["peak_memory_mb"] = torch.cuda.max_memory_allocated(args.device) / 2**20
+    return row
+
+
+def approximation_errors(variants: dict, length: int, args) -> dict[str, float]:
+    """Mean |out - exact softmax| for both Performers, over 3 projections, on inputs of the
+    scale a LayerNorm'd model produces (unit-variance q, k)."""
+    g = torch.Generator(device=args.device).manual_seed(0)
+    shape = (1, args.heads, length, args.head_dim)
+    q, k, v = (torch.randn(shape, device=args.device, generator=g) for _ in range(3))
+    with torch.no_grad():
+        exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double()).float()
+        errors = {}
+        for name in ("performer", "performer_pytorch"):
+            if name not in variants:
+                continue
+            trials = []
+            for draw in range(3):
+                module = variants[name]
+                if name == "performer":
+                    module.projection.copy_(module.draw_projection(draw))
+                else:
+                    module.redraw_projection_matrix(args.device)
+                trials.append((module(q, k, v) - exact).abs().mean().item())
+            errors[name] = sum(trials) / len(trials)
+    return errors
+
+
+def run(args) -> list[dict]:
+    variants = build_variants(args)
+    rows, last_ms = [], {}
+    for length in args.lengths:
+        for name, fn in variants.items():
+            row = {"variant": name, "causal": args.causal, "length": length, "batch": args.batch,
+                   "heads": args.heads, "head_dim": args.head_dim, "device": str(args.device),
+                   "dtype": args.dtype, "fwd_ms": math.nan, "fwd_bwd_ms": math.nan,
+                   "peak_memory_mb": math.nan, "status": "ok"}
+            growth = 4 if name == "softmax" else 2  # lengths double: quadratic vs linear
+            if name in last_ms and last_ms[name] * growth / 1e3 > args.max_seconds:
+                row["status"] = f"skipped (predicted > {args.max_seconds}s)"
+            else:
+                try:
+                    row.update(measure(fn, length, args))
+                    last_ms[name] = row["fwd_bwd_ms"]
+                except (RuntimeError, MemoryError) as error:
+                    if not is_out_of_memory(error):
+                        raise
+                    row["status"] = "oom"
+                    last_ms[name] = math.inf
+                if args.device.type == "cuda":
+                    torch.cuda.empty_cache()
+            rows.append(row)
+            print(f"{name:>18} N={length:>6}  fwd {row['fwd_ms']:9.2f} ms  "
+                  f"fwd+bwd {row['fwd_bwd_ms']:9.2f} ms  {row['status']}", flush=True)
+    return rows
+
+
+def summarise(rows: list[dict], variants: dict, args) -> list[str]:
+    """The ratios the README quotes, all from this one run."""
+    ms = {(r["variant"], r["length"]): r["fwd_bwd_ms"] for r in rows if r["status"] == "ok"}
+    lines = []
+    for length in args.lengths:
+        if ("einsum_elu", length) in ms and ("elu", length) in ms:
+            lines.append(f"elu vs einsum_elu, fwd+bwd, N={length}: "
+                         f"{ms['einsum_elu', length] / ms['elu', length]:.2f}x faster")
+        if ("performer_pytorch", length) in ms and ("performer", length) in ms:
+            lines.append(f"performer vs performer_pytorch, fwd+bwd, N={length}: "
+                         f"{ms['performer_pytorch', length] / ms['performer', length]:.2f}x faster")
+    for name in LINEAR:
+        measured = [n for n in args.lengths if (name, n) in ms and ("softmax", n) in ms]
+        faster = [n for n in measured if ms[name, n] < ms["softmax", n]]
+        # Crossover: the shortest length from which the variant is faster at every longer one.
+        cross = next((n for n in measured if all(m in faster for m in measured if m >= n)), None)
+        lines.append(f"{name} faster than softmax (fwd+bwd) from N={cross}" if cross
+                     else f"{name} not faster than softmax at any measured length")
+        top = max(measured, default=None)
+        if top:
+            lines.append(f"  at N={top}: softmax/{name} time ratio {ms['softmax', top] / ms[name, top]:.2f}")
+    if "performer" in variants and not args.causal:
+        length = min(args.lengths, key=lambda n: abs(n - 4096))
+        errors = approximation_errors(variants, length, args)
+        for name, error in errors.items():
+            lines.append(f"{name} mean |error| vs exact softmax at N={length}: {error:.4f}")
+    return lines
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    parser.add_argument("--lengths", type=int, nargs="+",
+                        default=[256, 512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--variants", nargs="+", default=["softmax", *LINEAR])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--num-features", type=int, default=256)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+                        help="fp32, or bf16/fp16 autocast (GPU)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--max-seconds", type=float, default=30.0,
+                        help="skip a case whose predicted fwd+bwd time exceeds this")
+    parser.add_argument("--out", type=Path, default=Path("results/benchmark_attention.csv"))
+    args = parser.parse_args(argv)
+    args.device = torch.device(args.device)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    print(f"device={args.device} dtype={args.dtype} batch={args.batch} heads={args.heads} "
+          f"head_dim={args.head_dim} causal={args.causal} threads={torch.get_num_threads()}")
+    variants = build_variants(args)
+    rows = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print("\n".join(["", *summarise(rows, variants, args), f"CSV: {args.out}"]))
+
+
+if __name__ == "__main__":
+    main()

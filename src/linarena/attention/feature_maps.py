@@ -1,0 +1,96 @@
+"""Feature maps phi of the linear attention variants.
+
+Each map takes x of shape (batch, heads, n, head_dim) in float32 or float64 and returns
+(phi, log_scale): phi of shape (batch, heads, n, num_features) and either None or a per-token
+log-scale of shape (batch, heads, n). When log_scale is given, the true feature vector is
+phi * exp(log_scale); keeping the scale apart lets the attention kernels apply an exact,
+causal-safe stabiliser (a running maximum) instead of exponentiating large numbers. Stabilisers
+are detached: the output does not depend on them, so neither does its gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+FeatureOutput = tuple[Tensor, Tensor | None]
+
+
+def elu_features(x: Tensor) -> FeatureOutput:
+    """Katharopoulos et al. (2020): phi(x) = elu(x) + 1 on the raw (unscaled) vector."""
+    return F.elu(x).add_(1.0), None  # in place: elu saves its input, not its output
+
+
+def performer_softmax_features(x: Tensor, projection: Tensor, is_query: bool) -> FeatureOutput:
+    """FAVOR+ positive random features (Choromanski et al. 2021).
+
+    phi(x) = exp(W x' - |x'|^2 / 2) with x' = x d^(-1/4), so that E[phi(q) . phi(k)] =
+    exp(q . k / sqrt(d)). Factors shared by all features of one token are kept out of phi:
+    for a query they cancel between numerator and denominator (so exp(-|q'|^2 / 2) and the
+    paper's m^(-1/2) are dropped); for a key they are returned as its log_scale,
+    max_i (W k')_i - |k'|^2 / 2, which the kernel applies relative to a maximum over the keys
+    each query may see. Every exp() therefore has a non-positive argument.
+
+    Args:
+        x: (batch, heads, n, d).
+        projection: (m, d), rows omega_i.
+        is_query: queries return no log_scale.
+    """
+    scale = x.shape[-1] ** -0.25
+    logits = x @ (projection * scale).t()  # (batch, heads, n, m)
+    row_max = logits.amax(dim=-1, keepdim=True).detach()
+    phi = logits.sub_(row_max).exp_()  # in place: two passes over the largest tensor, not four
+    if is_query:
+        return phi, None
+    return phi, row_max.squeeze(-1) - 0.5 * scale**2 * (x * x).sum(dim=-1)
+
+
+def performer_relu_features(x: Tensor, projection: Tensor, epsilon: float = 1e-3) -> FeatureOutput:
+    """Performer's "generalized attention": phi(x) = relu(W x') + epsilon, x' = x d^(-1/4)."""
+    logits = x @ (projection * x.shape[-1] ** -0.25).t()
+    return F.relu(logits) + epsilon, None
+
+
+def cosformer_features(x: Tensor, positions: Tensor, scale_length: Tensor) -> FeatureOutput:
+    """cosFormer (Qin et al. 2022): relu features reweighted by cos(pi/2 * (i - j) / M).
+
+    cos(a - b) = cos a cos b + sin a sin b, so the weight factorises into 2 * head_dim features
+    [relu(x_i) cos(theta_i), relu(x_i) sin(theta_i)] with theta_i = pi/2 * i / M.
+
+    Args:
+        x: (batch, heads, n, d).
+        positions: (n,) absolute token positions.
+        scale_length: (batch,) M for each sequence; M must exceed every position for the
+            weight to stay positive.
+    """
+    theta = (math.pi / 2) * positions.to(x.dtype)[None, :] / scale_length.to(x.dtype)[:, None]
+    theta = theta[:, None, :, None]  # (batch, 1, n, 1)
+    relu_x = F.relu(x)
+    return torch.cat([relu_x * torch.cos(theta), relu_x * torch.sin(theta)], dim=-1), None
+
+
+def orthogonal_gaussian_projection(
+    num_features: int, head_dim: int, generator: torch.Generator
+) -> Tensor:
+    """Rows omega_i for FAVOR+: orthogonal blocks, each row rescaled to a chi-distributed norm.
+
+    Each block is the Q of a QR decomposition of a head_dim x head_dim Gaussian matrix; there
+    are num_features // head_dim full blocks and one partial block. Every row is then rescaled
+    by the norm of an independent head_dim-dimensional Gaussian vector, so rows are marginally
+    Gaussian (unbiased estimator) while being exactly orthogonal within a block (lower variance).
+
+    Returns (num_features, head_dim) float32 on CPU.
+    """
+    blocks = []
+    for start in range(0, num_features, head_dim):
+        gaussian = torch.randn(head_dim, head_dim, generator=generator, dtype=torch.float64)
+        q, _ = torch.linalg.qr(gaussian)
+        blocks.append(q.t()[: min(head_dim, num_features - start)])
+    rows = torch.cat(blocks, dim=0)
+    norms = torch.randn(num_features, head_dim, generator=generator, dtype=torch.float64).norm(
+        dim=1, keepdim=True
+    )
+    return (rows * norms).float()

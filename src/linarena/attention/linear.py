@@ -1,0 +1,120 @@
+"""LinearAttention: one module for every kernelised variant. A variant is a subclass that
+supplies its feature map (see feature_maps.py); the algorithm (bidirectional, chunked causal,
+recurrent step) lives once in linear_kernels.py."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from linarena.attention.feature_maps import FeatureOutput
+from linarena.attention.linear_kernels import (
+    LinearAttentionState,
+    bidirectional_linear_attention,
+    causal_linear_attention,
+    recurrent_step,
+)
+from linarena.attention.validation import check_attention_inputs
+
+# Rows per chunk in bidirectional mode: large enough for efficient matmuls, small enough that
+# each elementwise pass stays in cache and buffers come from the allocator's free lists.
+BIDIRECTIONAL_CHUNK = 1024
+
+
+class LinearAttention(nn.Module):
+    """out_i = phi(q_i) S / (phi(q_i) . z + eps) with S = sum_j phi(k_j) v_j^T, z = sum_j phi(k_j).
+
+    Inputs of any floating dtype are computed in float32 (float64 stays float64) with autocast
+    off, so the state and the normaliser accumulate in full precision; the output is cast back.
+
+    Args:
+        head_dim: size of each head's q and k vectors.
+        causal: position i attends to positions <= i only.
+        eps: added to the normaliser, which can be 0 for maps with zeros (relu).
+        chunk_size: tokens per chunk of the causal algorithm (exact attention inside a chunk,
+            a carried state across chunks).
+    """
+
+    def __init__(
+        self, head_dim: int, causal: bool = False, eps: float = 1e-6, chunk_size: int = 64
+    ) -> None:
+        super().__init__()
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+        self.head_dim = head_dim
+        self.causal = causal
+        self.eps = eps
+        self.chunk_size = chunk_size
+
+    def feature_map(
+        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool
+    ) -> FeatureOutput:
+        """phi of x (batch, heads, n, head_dim) at absolute `positions` (n,). See feature_maps."""
+        raise NotImplementedError
+
+    def scale_length(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor | None:
+        """Per-sequence length the feature map needs (cosFormer's M), shape (batch,), or None."""
+        return None
+
+    def check_length(self, length: int) -> None:
+        """Raise if `length` tokens cannot be handled (cosFormer's causal max_length)."""
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+        """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
+
+        Returns (batch, heads, length, head_dim).
+        """
+        check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        batch, _, length, _ = q.shape
+        self.check_length(length)
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            scale = self.scale_length(mask, batch, length, q.device)
+
+            def features(x: Tensor, positions: Tensor, is_query: bool) -> FeatureOutput:
+                return self.feature_map(x, positions, scale, is_query)
+
+            kernel = causal_linear_attention if self.causal else bidirectional_linear_attention
+            chunk = self.chunk_size if self.causal else BIDIRECTIONAL_CHUNK
+            out = kernel(
+                q.to(dtype), k.to(dtype), v.to(dtype), mask, features, self.eps, chunk
+            )
+        return out.to(v.dtype)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None = None
+    ) -> tuple[Tensor, LinearAttentionState]:
+        """Recurrent form of causal mode: one token at a time, same outputs as forward().
+
+        q, k: (batch, heads, head_dim); v: (batch, heads, head_dim); state: None for the first
+        token, then the state returned by the previous call. Returns (output (batch, heads,
+        head_dim), new state).
+        """
+        if not self.causal:
+            raise RuntimeError(
+                f"{type(self).__name__}.step() is the recurrent form of causal attention; "
+                "build the module with causal=True."
+            )
+        if q.dim() != 3 or k.shape != q.shape or v.shape[:2] != q.shape[:2]:
+            raise ValueError(
+                "step() takes one token: q, k, v of shape (batch, heads, head_dim), got "
+                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
+            )
+        if q.shape[-1] != self.head_dim:
+            raise ValueError(f"step(): q has last dim {q.shape[-1]}, expected {self.head_dim}.")
+        position = 0 if state is None else state.position
+        self.check_length(position + 1)
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            scale = self.scale_length(None, q.shape[0], position + 1, q.device)
+
+            def features(x: Tensor, positions: Tensor, is_query: bool) -> FeatureOutput:
+                return self.feature_map(x, positions, scale, is_query)
+
+            out, state = recurrent_step(
+                q.to(dtype), k.to(dtype), v.to(dtype), state, features, self.eps
+            )
+        return out.to(v.dtype), state
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, causal={self.causal}"

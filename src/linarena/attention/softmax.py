@@ -1,0 +1,39 @@
+"""Exact softmax attention through PyTorch's fused scaled_dot_product_attention (flash or
+memory-efficient kernels on GPU), so the quadratic baseline is the fast one."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from linarena.attention.validation import check_attention_inputs
+
+
+class SoftmaxAttention(nn.Module):
+    """softmax(q k^T / sqrt(head_dim)) v.
+
+    Args:
+        head_dim: size of each head's q and k vectors.
+        causal: position i attends to positions <= i only.
+    """
+
+    def __init__(self, head_dim: int, causal: bool = False) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.causal = causal
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+        """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
+
+        Returns (batch, heads, length, head_dim).
+        """
+        check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        if self.causal or mask is None:
+            # Right padding: under a causal mask a real query never sees a padded key, so the
+            # key mask is redundant and the flash kernel (which takes no explicit mask) stays usable.
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        key_mask = mask[:, None, None, :]  # (batch, 1, 1, length), broadcast over heads and queries
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, causal={self.causal}"

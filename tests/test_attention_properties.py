@@ -1,0 +1,168 @@
+"""Mixed precision at long length, Performer's estimator and redraws, and input errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from attention_reference import softmax_reference
+
+from linarena.attention import (
+    CosformerAttention,
+    EluAttention,
+    PerformerAttention,
+    SoftmaxAttention,
+)
+
+
+def build(name: str, causal: bool, head_dim: int = 64, max_length: int = 8192):
+    if name == "softmax":
+        return SoftmaxAttention(head_dim, causal=causal)
+    if name == "elu":
+        return EluAttention(head_dim, causal=causal)
+    if name == "performer":
+        return PerformerAttention(head_dim, causal=causal, seed=0)
+    return CosformerAttention(head_dim, causal=causal, max_length=max_length)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["softmax", "elu", "performer", "cosformer"])
+def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype):
+    """Length 8192, q/k norms around 30 (as trained models produce): half-precision sums of
+    phi(k) overflow fp16 here, exp features overflow or underflow without stabilisers."""
+    g = torch.Generator().manual_seed(0)
+    shape = (1, 2, 8192, 64)
+    q, k = (4.0 * torch.randn(shape, generator=g) for _ in range(2))
+    v = torch.randn(shape, generator=g)
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    attn = build(name, causal)
+    with torch.autocast("cpu", dtype=dtype):
+        out = attn(q, k, v)
+    exact = attn(q.float(), k.float(), v.float())
+    assert out.dtype == dtype
+    assert torch.isfinite(out).all()
+    error = (out.float() - exact).abs()
+    # Half precision rounds the output itself by up to 2^-9 (bf16) relative.
+    assert error.max() < 2e-2 and error.mean() < 3e-3, (error.max(), error.mean())
+
+
+@pytest.mark.parametrize("name", ["elu", "performer", "cosformer"])
+def test_state_and_normaliser_accumulate_in_fp32(name):
+    attn = build(name, causal=True, head_dim=8, max_length=16)
+    q = torch.randn(1, 2, 8, dtype=torch.bfloat16)
+    out, state = attn.step(q, q, q)
+    assert out.dtype == torch.bfloat16
+    assert state.kv.dtype == torch.float32 and state.z.dtype == torch.float32
+
+
+def test_performer_approaches_softmax_as_features_grow():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (0.5 * torch.randn(2, 2, 64, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    exact = softmax_reference(q, k, v)
+    errors = []
+    for m in (8, 64, 512, 4096):
+        trials = [
+            (PerformerAttention(16, num_features=m, seed=s)(q, k, v) - exact).abs().mean()
+            for s in range(4)
+        ]
+        errors.append(torch.stack(trials).mean().item())
+    assert all(a > b for a, b in itertools.pairwise(errors)), errors
+    assert errors[-1] < 0.2 * errors[0], errors
+
+
+def test_projection_is_orthogonal_blocks_reproducible_from_seed():
+    a = PerformerAttention(16, num_features=40, seed=7)
+    b = PerformerAttention(16, num_features=40, seed=7)
+    c = PerformerAttention(16, num_features=40, seed=8)
+    assert a.projection.shape == (40, 16)
+    assert "projection" in dict(a.named_buffers())
+    assert torch.equal(a.projection, b.projection)
+    assert not torch.equal(a.projection, c.projection)
+    for start in (0, 16, 32):  # two full blocks and a partial one
+        block = a.projection[start:start + 16]
+        unit = block / block.norm(dim=1, keepdim=True)
+        torch.testing.assert_close(unit @ unit.t(), torch.eye(len(block)), atol=1e-5, rtol=0)
+
+
+def test_seedless_draw_follows_global_seed():
+    torch.manual_seed(3)
+    a = PerformerAttention(8, num_features=8)
+    torch.manual_seed(3)
+    b = PerformerAttention(8, num_features=8)
+    c = PerformerAttention(8, num_features=8)
+    assert torch.equal(a.projection, b.projection)
+    assert not torch.equal(b.projection, c.projection)
+
+
+def test_redraw_on_schedule_in_training_only():
+    attn = PerformerAttention(8, num_features=16, redraw_interval=3, seed=1)
+    x = torch.randn(1, 1, 5, 8)
+    first = attn.projection.clone()
+    attn.eval()
+    for _ in range(5):
+        attn(x, x, x)
+    assert torch.equal(attn.projection, first)
+    attn.train()
+    attn(x, x, x)
+    attn(x, x, x)
+    assert torch.equal(attn.projection, first)
+    attn(x, x, x)  # third training step: redraw number 1
+    assert not torch.equal(attn.projection, first)
+    assert torch.equal(attn.projection, attn.draw_projection(1))
+
+    restored = PerformerAttention(8, num_features=16, redraw_interval=3, seed=99)
+    restored.load_state_dict(attn.state_dict())
+    assert restored.seed == 1 and restored.draws == 1 and restored.training_steps == 3
+    assert torch.equal(restored.projection, attn.projection)
+
+
+def test_no_redraw_without_interval():
+    attn = PerformerAttention(8, num_features=16, seed=1).train()
+    first = attn.projection.clone()
+    x = torch.randn(1, 1, 5, 8)
+    for _ in range(4):
+        attn(x, x, x)
+    assert torch.equal(attn.projection, first)
+
+
+BAD_CALLS = [
+    ("3 dims", lambda: (torch.randn(2, 5, 8),) * 3 + (None,), "batch, heads, length, head_dim"),
+    ("length mismatch", lambda: (torch.randn(2, 1, 5, 8), torch.randn(2, 1, 6, 8),
+                                 torch.randn(2, 1, 6, 8), None), "must share"),
+    ("head_dim", lambda: (torch.randn(2, 1, 5, 4),) * 3 + (None,), "head_dim=8"),
+    ("mask dtype", lambda: (torch.randn(2, 1, 5, 8),) * 3 + (torch.ones(2, 5),), "bool"),
+    ("mask shape", lambda: (torch.randn(2, 1, 5, 8),) * 3
+     + (torch.ones(2, 6, dtype=torch.bool),), r"\(batch, length\) = \(2, 5\)"),
+]
+
+
+@pytest.mark.parametrize("name", ["softmax", "elu", "performer", "cosformer"])
+@pytest.mark.parametrize(("case", "args", "message"), BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_inputs_raise_clear_errors(name, case, args, message):
+    attn = build(name, causal=False, head_dim=8)
+    with pytest.raises(ValueError, match=message):
+        attn(*args())
+
+
+def test_cosformer_length_errors():
+    with pytest.raises(ValueError, match="needs max_length"):
+        CosformerAttention(8, causal=True)
+    attn = CosformerAttention(8, causal=True, max_length=4)
+    x = torch.randn(1, 1, 5, 8)
+    with pytest.raises(ValueError, match="length 5 exceeds max_length=4"):
+        attn(x, x, x)
+    state = None
+    for _ in range(4):
+        _, state = attn.step(x[:, :, 0], x[:, :, 0], x[:, :, 0], state)
+    with pytest.raises(ValueError, match="exceeds max_length=4"):
+        attn.step(x[:, :, 0], x[:, :, 0], x[:, :, 0], state)
+
+
+def test_performer_rejects_unknown_kernel_and_bidirectional_step():
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        PerformerAttention(8, kernel="cosine")
+    x = torch.randn(1, 1, 8)
+    with pytest.raises(RuntimeError, match="causal=True"):
+        EluAttention(8).step(x, x, x)
