@@ -85,7 +85,7 @@ class _BidirectionalLinearAttention(torch.autograd.Function):
         for s, e in bounds:
             phi_q, _ = features(q[:, :, s:e], positions[s:e], True)
             den = (phi_q @ z.unsqueeze(-1)).add_(eps)
-            out[:, :, s:e] = (phi_q @ kv).div_(den)
+            torch.matmul(phi_q, kv, out=out[:, :, s:e]).div_(den)  # out=: no copy of the chunk
 
         ctx.save_for_backward(q, k, v, mask, kv, z, top, out)
         ctx.features, ctx.eps, ctx.bounds = features, eps, bounds
@@ -129,12 +129,14 @@ class _BidirectionalLinearAttention(torch.autograd.Function):
                 grad_phi_k += grad_z.unsqueeze(-2)
             else:
                 grad_phi_k.addcmul_(weights_.unsqueeze(-1), grad_z.unsqueeze(-2))
-            grad_vw = phi_k_ @ grad_kv  # d loss / d (w_j v_j)
-            grad_v[:, :, s:e] = _weighted(grad_vw, weights_)
+            grad_vw = torch.matmul(phi_k_, grad_kv, out=grad_v[:, :, s:e])  # d loss / d (w_j v_j)
+            if log_scale is not None:
+                grad_weights = (grad_vw * v_c).sum(dim=-1) + (phi_k_ @ grad_z.unsqueeze(-1))[..., 0]
+            if weights_ is not None:
+                grad_vw.mul_(weights_.unsqueeze(-1))  # now d loss / d v_j, in place in grad_v
             if log_scale is None:
                 (grad_k[:, :, s:e],) = torch.autograd.grad(phi_k, k_c, grad_phi_k)
             else:
-                grad_weights = (grad_vw * v_c).sum(dim=-1) + (phi_k_ @ grad_z.unsqueeze(-1))[..., 0]
                 (grad_k[:, :, s:e],) = torch.autograd.grad(
                     (phi_k, weights), k_c, (grad_phi_k, grad_weights)
                 )

@@ -1,0 +1,142 @@
+"""Full-model benchmark: training-step and attention-only time and peak memory against length.
+
+For each attention and length it measures (1) a full training step (forward, backward, AdamW
+step) of the LRA byte-level text classifier (4 layers, d_model 256, 4 heads, mlp 1024, vocab 257,
+2 classes, CLS pooling) on random full-length sequences and (2) the attention module alone
+(forward + backward) with that model's head shapes. Writes ``benchmark_model.csv`` and
+``benchmark_model.png`` (log-log time and memory against length) to ``--out``.
+
+GPU: bf16 autocast, CUDA-event timing, peak memory = torch.cuda.max_memory_allocated growth
+(statistics reset per case). CPU: fp32, perf_counter timing, each case in a fresh process whose
+peak RSS growth (ru_maxrss) is its peak memory: RSS is what runs a machine out of memory, and
+covers oneDNN/OpenMP buffers that torch's allocator profiler does not see.
+
+    python scripts/benchmark_model.py                                 # all, 1K-16K
+    python scripts/benchmark_model.py --attentions softmax,performer --lengths 1024,4096
+    python scripts/benchmark_model.py --device cuda --batch 32 --wandb
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpec
+from linarena.analysis.bench_runner import run_benchmark, write_csv_atomic
+from linarena.analysis.plots import plot_benchmark
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+TINY_LENGTHS = (16, 32, 64)
+DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+CPU_DEFAULT_MAX_SECONDS = 300.0
+
+
+def _csv_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _lengths(text: str) -> list[int]:
+    try:
+        lengths = sorted({int(item) for item in _csv_list(text)})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not lengths or lengths[0] < 1:
+        raise argparse.ArgumentTypeError(f"lengths must be positive integers, got {text!r}")
+    return lengths
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--attentions", type=_csv_list, default="softmax,elu,performer,cosformer",
+                        help="comma-separated names of conf/attention/*.yaml")
+    parser.add_argument("--lengths", type=_lengths, default=None,
+                        help="comma-separated sequence lengths (default 1024,...,16384; "
+                             "16,32,64 with --tiny)")
+    parser.add_argument("--what", type=_csv_list, default=",".join(WHATS),
+                        help=f"comma-separated subset of {','.join(WHATS)}")
+    parser.add_argument("--batch", type=int, default=None, help="default 1 on CPU, 32 on CUDA")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPE_ALIASES), default=None,
+                        help="bf16 = bf16 autocast (default on CUDA); fp32 (default on CPU)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch CPU threads per case (default: torch's, one per core); "
+                             "on a CPU shared with other jobs 1 gives steadier times")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed calls per case")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per case (median)")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="skip a case whose predicted time (previous length's time x growth "
+                             "x calls) exceeds this; on CPU also kills a case after twice it "
+                             f"plus start-up (default {CPU_DEFAULT_MAX_SECONDS:g} on CPU, none on CUDA)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmark_model")
+    parser.add_argument("--tiny", action="store_true", help="tiny model and lengths (tests)")
+    parser.add_argument("--conf-dir", type=Path, default=REPO_ROOT / "conf",
+                        help="Hydra config folder holding attention/<name>.yaml")
+    parser.add_argument("--wandb", action="store_true",
+                        help="log the CSV as a W&B table and the plot as an image "
+                             "(WANDB_MODE=offline works without an account)")
+    parser.add_argument("--wandb-project", default="linarena")
+    args = parser.parse_args(argv)
+    if args.lengths is None:
+        args.lengths = list(TINY_LENGTHS if args.tiny else DEFAULT_LENGTHS)
+    unknown = sorted(set(args.what) - set(WHATS))
+    if unknown:
+        parser.error(f"--what: unknown {unknown}; valid: {','.join(WHATS)}")
+    on_cuda = torch.device(args.device).type == "cuda"
+    if on_cuda and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible (torch.cuda.is_available() is False)")
+    args.batch = args.batch or (32 if on_cuda else 1)
+    args.dtype = DTYPE_ALIASES[args.dtype or ("bf16" if on_cuda else "fp32")]
+    if args.max_seconds is None and not on_cuda:
+        args.max_seconds = CPU_DEFAULT_MAX_SECONDS
+    if args.repeats < 1 or args.warmup < 0 or args.threads < 1:
+        parser.error("--repeats and --threads must be >= 1, --warmup >= 0")
+    return args
+
+
+def build_specs(args: argparse.Namespace) -> list[CaseSpec]:
+    """Cases grouped by (what, attention), lengths increasing within a group."""
+    shape = TINY_MODEL if args.tiny else TEXT_MODEL
+    return [
+        CaseSpec(attention=attention, length=length, what=what, batch=args.batch,
+                 device=args.device, dtype=args.dtype, threads=args.threads, warmup=args.warmup,
+                 repeats=args.repeats,
+                 shape=shape, conf_dir=str(args.conf_dir.resolve()))
+        for what in args.what for attention in args.attentions for length in args.lengths
+    ]
+
+
+def log_to_wandb(args: argparse.Namespace, table: pd.DataFrame, png: Path) -> None:
+    import wandb
+
+    run = wandb.init(project=args.wandb_project, job_type="benchmark_model",
+                     config={key: str(value) for key, value in vars(args).items()})
+    run.log({"benchmark_model/table": wandb.Table(dataframe=table),
+             "benchmark_model/plot": wandb.Image(str(png))})
+    run.finish()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    specs = build_specs(args)
+    csv_path, png_path = args.out / "benchmark_model.csv", args.out / "benchmark_model.png"
+    isolate = torch.device(args.device).type == "cpu"
+    rows = run_benchmark(specs, max_seconds=args.max_seconds, isolate=isolate,
+                         on_row=lambda rows: write_csv_atomic(rows, csv_path))
+    table = pd.read_csv(csv_path)
+    plot_benchmark(table, png_path)
+    print(f"wrote {csv_path} and {png_path}")
+    if args.wandb:
+        log_to_wandb(args, table, png_path)
+    errors = [row for row in rows if row["status"] == "error"]
+    if errors:
+        print(f"{len(errors)} case(s) failed with an error (see the note column)", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Build, download or generate a task's data ahead of training, with progress bars.
+
+    python scripts/prepare_data.py data=listops
+    python scripts/prepare_data.py data=pathfinder data.num_train=16000
+    python scripts/prepare_data.py experiment=lra/text
+
+Uses the same conf/ as train.py, so data.* overrides and experiment presets mean the same thing:
+what this prepares is exactly what `python train.py` with the same arguments will load from the
+cache under paths.data_dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# paths.root_dir falls back to the working directory; anchor it at the repository instead, as
+# train.py does, so that data lands in <repo>/data wherever this is run from.
+os.environ.setdefault("LINARENA_ROOT", str(REPO_ROOT))
+# Keep this script's log out of outputs/runs (where training runs and their summaries live).
+HYDRA_DEFAULTS = (
+    "hydra.run.dir=${paths.log_dir}/prepare_data/"
+    "${now:%Y-%m-%d_%H-%M-%S}_${hydra.runtime.choices.data}",
+    "hydra.output_subdir=null",
+)
+
+log = logging.getLogger("prepare_data")
+
+
+@hydra.main(config_path=str(REPO_ROOT / "conf"), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from hydra.errors import InstantiationException
+
+    from linarena.data import DataFormatError, DataNotFoundError
+
+    start = time.perf_counter()
+    try:
+        datamodule = hydra.utils.instantiate(cfg.data)
+        datamodule.prepare_data()
+        datamodule.setup()
+    except (DataNotFoundError, DataFormatError, ValueError, InstantiationException) as error:
+        # The message says what is wrong and how to fix it; a traceback would only bury it.
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
+    sizes = ", ".join(f"{split} {len(dataset)}" for split, dataset in datamodule.datasets.items())
+    log.info(
+        "%s ready in %.1f s: %s examples; vocab %d, %d classes, max_length %d; cache %s",
+        datamodule.name,
+        time.perf_counter() - start,
+        sizes,
+        datamodule.vocab_size,
+        datamodule.num_classes,
+        datamodule.max_length,
+        datamodule.cache_path,
+    )
+
+
+if __name__ == "__main__":
+    given = {arg.split("=", 1)[0] for arg in sys.argv[1:]}
+    sys.argv += [item for item in HYDRA_DEFAULTS if item.split("=", 1)[0] not in given]
+    main()

@@ -1,0 +1,243 @@
+"""One benchmark case: a full training step of the classifier, or the attention module alone.
+
+A case is measured in the current process by :func:`run_case`. On CPU the peak memory is the
+growth of the process's peak resident set size (``ru_maxrss``) while the case runs. Linux lets a
+process reset that peak to its current size (``/proc/self/clear_refs``), which we do first; where
+that is not allowed the growth is only right in a fresh process whose imports are done. The runner
+therefore starts one process per case with ``python -m linarena.analysis.bench_cases '<json>'``,
+which prints one ``RESULT {json}`` line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import resource
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext, suppress
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from linarena.analysis.timing import is_out_of_memory, time_fn
+from linarena.models import TransformerClassifier
+
+WHATS = ("model_step", "attention_fwd_bwd")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    """Size of the benchmarked classifier (sequence classification, CLS pooling)."""
+
+    num_layers: int
+    d_model: int
+    num_heads: int
+    mlp_dim: int
+    vocab_size: int = 257  # bytes shifted by +1, plus the pad id 0
+    num_classes: int = 2
+    dropout: float = 0.1
+
+
+# The LRA byte-level text model (REFERENCE section 2) and a tiny one for tests.
+TEXT_MODEL = ModelShape(num_layers=4, d_model=256, num_heads=4, mlp_dim=1024)
+TINY_MODEL = ModelShape(num_layers=1, d_model=32, num_heads=2, mlp_dim=64)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseSpec:
+    """Everything needed to measure one attention x length x what case."""
+
+    attention: str
+    length: int
+    what: str
+    batch: int
+    device: str
+    dtype: str
+    threads: int  # torch's CPU threads (intra-op)
+    warmup: int
+    repeats: int
+    shape: ModelShape
+    conf_dir: str
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> CaseSpec:
+        fields = json.loads(text)
+        fields["shape"] = ModelShape(**fields["shape"])
+        return cls(**fields)
+
+
+def model_config(spec: CaseSpec) -> dict:
+    """The ``model`` config keys of the benchmarked classifier (conf/model/transformer.yaml)."""
+    shape = spec.shape
+    return {
+        "d_model": shape.d_model, "num_heads": shape.num_heads, "num_layers": shape.num_layers,
+        "mlp_dim": shape.mlp_dim, "dropout": shape.dropout, "max_length": spec.length,
+        "pooling": "cls", "positions": "sinusoidal", "causal": False,
+    }
+
+
+def load_attention_partial(spec: CaseSpec) -> Callable[..., torch.nn.Module]:
+    """The attention factory that ``attention=<spec.attention>`` gives in training.
+
+    Built from ``<conf_dir>/attention/<name>.yaml`` so that the benchmark measures the settings a
+    training run uses; its interpolations of ``model.*`` keys (e.g. cosFormer's max_length)
+    resolve against :func:`model_config`. Returns ``(head_dim=..., causal=...) -> nn.Module``.
+    """
+    path = Path(spec.conf_dir) / "attention" / f"{spec.attention}.yaml"
+    if not path.is_file():
+        available = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(f"unknown attention {spec.attention!r}: {path} does not exist; "
+                         f"valid names: {available}")
+    config = OmegaConf.create({"model": model_config(spec), "attention": OmegaConf.load(path)})
+    return instantiate(config.attention)
+
+
+def build_classifier(spec: CaseSpec) -> torch.nn.Module:
+    """The classifier of ``spec.shape`` with ``spec.attention`` in every layer, on the device."""
+    shape = spec.shape
+    model = TransformerClassifier(
+        vocab_size=shape.vocab_size,
+        num_classes=shape.num_classes,
+        task="sequence",
+        attention=load_attention_partial(spec),
+        **model_config(spec),
+    )
+    return model.to(spec.device).train()
+
+
+def _autocast(spec: CaseSpec) -> AbstractContextManager:
+    """bf16 autocast when asked for (as a bf16-mixed training run does), else nothing."""
+    if spec.dtype == "float32":
+        return nullcontext()
+    return torch.autocast(device_type=torch.device(spec.device).type, dtype=DTYPES[spec.dtype])
+
+
+def make_model_step(spec: CaseSpec) -> Callable[[], None]:
+    """One training step on random full-length byte sequences: forward, loss, backward, AdamW."""
+    model = build_classifier(spec)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1, spec.shape.vocab_size, (spec.batch, spec.length), generator=generator)
+    labels = torch.randint(0, spec.shape.num_classes, (spec.batch,), generator=generator)
+    tokens, labels = tokens.to(spec.device), labels.to(spec.device)
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(spec):
+            logits = model(tokens, mask)
+        loss = F.cross_entropy(logits.float(), labels)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def make_attention_fwd_bwd(spec: CaseSpec) -> Callable[[], None]:
+    """Forward and backward of one attention module with the model's head shapes.
+
+    q, k, v: (batch, num_heads, length, d_model // num_heads), in the compute dtype (as the
+    model's projections produce them under autocast); the mask marks every token as real.
+    """
+    shape = spec.shape
+    head_dim = shape.d_model // shape.num_heads
+    factory = load_attention_partial(spec)
+    attention = factory(head_dim=head_dim, causal=False).to(spec.device).train()
+    generator = torch.Generator().manual_seed(0)
+    size = (spec.batch, shape.num_heads, spec.length, head_dim)
+    q, k, v = (
+        torch.randn(size, generator=generator)
+        .to(device=spec.device, dtype=DTYPES[spec.dtype])
+        .requires_grad_()
+        for _ in range(3)
+    )
+    grad_out = torch.randn(size, generator=generator).to(device=spec.device, dtype=DTYPES[spec.dtype])
+    mask = torch.ones(spec.batch, spec.length, dtype=torch.bool, device=spec.device)
+
+    def fwd_bwd() -> None:
+        for tensor in (q, k, v):
+            tensor.grad = None
+        with _autocast(spec):
+            out = attention(q, k, v, mask=mask)
+        out.backward(grad_out.to(out.dtype))
+
+    return fwd_bwd
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024.0  # bytes on macOS, else KiB
+
+
+def _reset_peak_rss_mb() -> float:
+    """Reset the peak RSS to the current RSS where Linux allows it; returns the peak after."""
+    with suppress(OSError):  # not Linux, or not allowed: keep the process's peak
+        Path("/proc/self/clear_refs").write_text("5")  # 5: reset the RSS high-water mark
+    return _peak_rss_mb()
+
+
+def run_case(spec: CaseSpec) -> dict:
+    """Measure one case; returns ms, tokens_per_sec, peak_memory_mb, status ("ok"|"oom"), note.
+
+    Peak memory covers everything the case allocates: parameters, gradients, optimizer state,
+    activations and inputs. CUDA: ``max_memory_allocated`` growth over the allocated memory
+    before the case (peak statistics reset). CPU: ``ru_maxrss`` growth (see the module doc).
+    """
+    if spec.what not in WHATS:
+        raise ValueError(f"unknown what {spec.what!r}; valid: {list(WHATS)}")
+    device = torch.device(spec.device)
+    on_cuda = device.type == "cuda"
+    torch.set_num_threads(spec.threads)
+    if on_cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        memory_before_mb = torch.cuda.memory_allocated(device) / 2**20
+    else:
+        memory_before_mb = _reset_peak_rss_mb()
+    make = make_model_step if spec.what == "model_step" else make_attention_fwd_bwd
+    try:
+        fn = make(spec)
+        seconds = time_fn(fn, warmup=spec.warmup, repeats=spec.repeats, device=device)
+    except Exception as error:  # only allocation failures are results; anything else is a bug
+        if not is_out_of_memory(error):
+            raise
+        del error  # drop the traceback, which holds the case's tensors
+        if on_cuda:
+            gc.collect()
+            torch.cuda.empty_cache()
+        return {"ms": None, "tokens_per_sec": None, "peak_memory_mb": None, "status": "oom",
+                "note": "allocation failed (out of memory)"}
+    if on_cuda:
+        peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 - memory_before_mb
+    else:
+        peak_mb = _peak_rss_mb() - memory_before_mb
+    return {
+        "ms": seconds * 1000.0,
+        "tokens_per_sec": spec.batch * spec.length / seconds,
+        "peak_memory_mb": peak_mb,
+        "status": "ok",
+        "note": "",
+    }
+
+
+def main(argv: list[str]) -> None:
+    """Subprocess entry: measure the case given as JSON and print ``RESULT {json}``."""
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m linarena.analysis.bench_cases '<CaseSpec json>'")
+    result = run_case(CaseSpec.from_json(argv[0]))
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

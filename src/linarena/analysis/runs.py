@@ -1,0 +1,183 @@
+"""Load finished training runs, from local summary.json files or from the W&B API.
+
+Every run becomes one :class:`RunRecord`. Local runs: each training run writes ``summary.json``
+in its Hydra output folder (schema in the README). W&B runs: ``task``, ``attention`` and ``seed``
+in the run config (group = task and name ``{attention}-s{seed}`` also work), metrics in the run
+summary under the same names as in summary.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+# summary.json / W&B metric name -> RunRecord field
+METRICS = {
+    "test/acc": "test_acc",
+    "perf/tokens_per_sec": "tokens_per_sec",
+    "perf/peak_memory_mb": "peak_memory_mb",
+    "model/params": "params",
+}
+WANDB_RUN_NAME = re.compile(r"^(?P<attention>.+)-s(?P<seed>\d+)$")
+# Filter keys that are W&B run attributes; any other key is looked up in the run's config.
+WANDB_RUN_KEYS = frozenset({"group", "state", "display_name", "name", "job_type"})
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """The numbers of one training run that the comparison uses (accuracy as a fraction)."""
+
+    task: str
+    attention: str
+    seed: int
+    test_acc: float
+    tokens_per_sec: float
+    peak_memory_mb: float
+    params: float
+    source: str  # where it came from: a summary.json path or a W&B run path
+
+
+def parse_filters(items: Iterable[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` -> ``{key: value}``, values parsed as JSON when they are (1, 0.5, true)."""
+    filters: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"malformed filter {item!r}: expected key=value, e.g. task=listops")
+        try:
+            filters[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            filters[key] = raw
+    return filters
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            flat |= _flatten(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def summary_matches(summary: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
+    """True if every filter key (dotted for nesting: ``hparams.d_model``) has the filter's value."""
+    flat = _flatten(summary)
+    return all(key in flat and flat[key] == value for key, value in filters.items())
+
+
+def _metric(metrics: Mapping[str, Any], name: str, where: str) -> float:
+    if name not in metrics or metrics[name] is None:
+        raise ValueError(f"{where}: metric {name!r} is missing; the comparison needs "
+                         f"{sorted(METRICS)} (a run that did not finish has no test metrics)")
+    value = float(metrics[name])
+    if math.isnan(value):
+        raise ValueError(f"{where}: metric {name!r} is NaN")
+    return value
+
+
+def record_from_summary(summary: Mapping[str, Any], where: str) -> RunRecord:
+    """A RunRecord from a parsed summary.json; ``where`` names the file in error messages."""
+    for key in ("task", "attention", "seed", "metrics"):
+        if key not in summary:
+            raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
+    metrics = summary["metrics"]
+    return RunRecord(
+        task=str(summary["task"]), attention=str(summary["attention"]), seed=int(summary["seed"]),
+        **{field: _metric(metrics, name, where) for name, field in METRICS.items()},
+        source=where,
+    )
+
+
+def load_local_runs(dirs: Iterable[str | Path], filters: Mapping[str, Any]) -> list[RunRecord]:
+    """Every summary.json under ``dirs`` (searched recursively) that matches ``filters``."""
+    paths: list[Path] = []
+    for directory in map(Path, dirs):
+        if not directory.is_dir():
+            raise FileNotFoundError(f"--runs {directory}: no such folder")
+        paths += sorted(directory.rglob("summary.json"))
+    if not paths:
+        raise FileNotFoundError(
+            f"no summary.json under {[str(d) for d in dirs]}; every training run writes one in "
+            "its Hydra output folder (outputs/<date>/<time>/ or multirun/<date>/<time>/<job>/)")
+    records = []
+    for path in paths:
+        try:
+            summary = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
+        if summary_matches(summary, filters):
+            records.append(record_from_summary(summary, str(path)))
+    return records
+
+
+def wandb_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """The W&B API query for ``filters``: run attributes as they are, ``tags`` as membership,
+    anything else a config key (``attention`` -> ``config.attention``). Only finished runs."""
+    query: dict[str, Any] = {"state": "finished"}
+    for key, value in filters.items():
+        if key == "tags":
+            query["tags"] = {"$in": [value]}
+        elif key in WANDB_RUN_KEYS or key.startswith("config."):
+            query[key] = value
+        else:
+            query[f"config.{key}"] = value
+    return query
+
+
+def record_from_wandb_run(run: Any) -> RunRecord:
+    """A RunRecord from a ``wandb.apis.public.Run``: task, attention and seed from its config
+    (linarena logs them at the top level), else from group = task and name ``{attention}-s{seed}``;
+    metrics from the run summary."""
+    where = f"W&B run {'/'.join(run.path)} ({run.name})"
+    config = dict(run.config)
+    match = WANDB_RUN_NAME.match(run.name or "")
+    task = config.get("task") or run.group
+    attention = config.get("attention") or (match and match["attention"])
+    seed = config.get("seed", match and match["seed"])
+    if not task or not attention or seed is None:
+        raise ValueError(f"{where}: no task/attention/seed in its config, and not group = task, "
+                         "name = '{attention}-s{seed}' (as linarena's training logs runs); "
+                         "leave it out with --filter")
+    summary = dict(run.summary)
+    return RunRecord(
+        task=str(task), attention=str(attention), seed=int(seed),
+        **{field: _metric(summary, name, where) for name, field in METRICS.items()},
+        source="/".join(run.path),
+    )
+
+
+def load_wandb_runs(project: str, filters: Mapping[str, Any]) -> list[RunRecord]:
+    """Finished runs of ``project`` ("entity/project") that match ``filters``, via wandb.Api()."""
+    import wandb
+
+    if project.count("/") != 1:
+        raise ValueError(f"--wandb {project!r}: expected ENTITY/PROJECT, e.g. my-team/linarena")
+    try:
+        runs = list(wandb.Api().runs(project, filters=wandb_filters(filters)))
+    except wandb.errors.Error as error:  # no API key, unknown project, network
+        raise ValueError(f"W&B API ({project}): {error} (log in with `wandb login` or set "
+                         "WANDB_API_KEY; offline runs: `wandb sync <run dir>` first, or use "
+                         "--runs on the local output folders)") from error
+    records = [record_from_wandb_run(run) for run in runs]
+    if not records:
+        raise ValueError(f"no finished W&B run in {project} matches {wandb_filters(filters)}")
+    return records
+
+
+def check_unique(records: list[RunRecord]) -> None:
+    """Refuse two runs with the same task, attention and seed: they would count as two seeds."""
+    seen: dict[tuple[str, str, int], str] = {}
+    for record in records:
+        key = (record.task, record.attention, record.seed)
+        if key in seen:
+            raise ValueError(
+                f"two runs of task={key[0]} attention={key[1]} seed={key[2]}: {seen[key]} and "
+                f"{record.source}; keep one (remove a folder, or select with --filter)")
+        seen[key] = record.source

@@ -1,0 +1,104 @@
+"""Task x attention results table: mean ± sample std over seeds, optional published accuracies."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+import pandas as pd
+
+from linarena.analysis.order import TASK_ORDER, attention_sort_key, task_sort_key
+from linarena.analysis.runs import RunRecord
+
+# Aggregated quantity -> RunRecord field; accuracy is reported in percent.
+QUANTITIES = {
+    "test_acc_pct": "test_acc",
+    "tokens_per_sec": "tokens_per_sec",
+    "peak_memory_mb": "peak_memory_mb",
+    "params": "params",
+}
+PUBLISHED_HEADER = "published (LRA paper), not measured here"
+LRA_SOURCE = "LRA paper (Tay et al. 2021), Table 1"
+COSFORMER_SOURCE = "cosFormer paper (Qin et al. 2022), unverified"
+# Test accuracy (%) as published; REFERENCE.md section 2. On Path-X every model failed.
+PUBLISHED_ACC_PCT: dict[tuple[str, str], tuple[float | None, str]] = {
+    **{(task, "softmax"): (acc, LRA_SOURCE) for task, acc in zip(
+        TASK_ORDER[:5], (36.37, 64.27, 57.46, 42.44, 71.40), strict=True)},
+    **{(task, "performer"): (acc, LRA_SOURCE) for task, acc in zip(
+        TASK_ORDER[:5], (18.01, 65.40, 53.82, 42.77, 77.05), strict=True)},
+    **{(task, "elu"): (acc, LRA_SOURCE) for task, acc in zip(
+        TASK_ORDER[:5], (16.13, 65.90, 53.09, 42.34, 75.30), strict=True)},
+    **{(task, "cosformer"): (acc, COSFORMER_SOURCE) for task, acc in zip(
+        TASK_ORDER[:5], (37.9, 63.41, 61.36, 43.17, 70.33), strict=True)},
+    **{("pathx", name): (None, f"{LRA_SOURCE}: fail (chance)")
+       for name in ("softmax", "performer", "elu")},
+}
+
+
+def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.DataFrame:
+    """One row per (task, attention): n, and ``<quantity>_mean`` / ``<quantity>_std`` columns.
+
+    std is the sample std (ddof=1), NaN when n = 1. With ``published``, adds
+    ``published_test_acc_pct`` and ``published_source`` (blank where nothing was published).
+    """
+    runs = pd.DataFrame([dataclasses.asdict(r) for r in records])
+    if runs.empty:
+        raise ValueError("no runs to compare")
+    runs["test_acc_pct"] = runs["test_acc"] * 100.0
+    grouped = runs.groupby(["task", "attention"])
+    table = grouped.size().rename("n").to_frame()
+    for quantity in QUANTITIES:
+        table[f"{quantity}_mean"] = grouped[quantity].mean()
+        table[f"{quantity}_std"] = grouped[quantity].std(ddof=1)
+    table = table.reset_index()
+    table = table.iloc[sorted(range(len(table)), key=lambda i: (
+        task_sort_key(table.at[i, "task"]), attention_sort_key(table.at[i, "attention"])))]
+    table = table.reset_index(drop=True)
+    if published:
+        entries = [PUBLISHED_ACC_PCT.get((t, a), (None, "")) for t, a in
+                   zip(table["task"], table["attention"], strict=True)]
+        table["published_test_acc_pct"] = [acc for acc, _ in entries]
+        table["published_source"] = [source for _, source in entries]
+    return table
+
+
+def _mean_std(mean: float, std: float, digits: int) -> str:
+    text = f"{mean:,.{digits}f}"
+    return text if pd.isna(std) else f"{text} ± {std:,.{digits}f}"
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    """The table as Markdown: one row per task x attention, "mean ± std" cells (std over seeds)."""
+    headers = ["task", "attention", "n (seeds)", "test acc (%)", "tokens/s", "peak memory (MB)",
+               "params"]
+    has_published = "published_test_acc_pct" in table.columns
+    if has_published:
+        headers.append(f"test acc (%), {PUBLISHED_HEADER}")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in table.itertuples():
+        cells = [row.task, row.attention, str(row.n),
+                 _mean_std(row.test_acc_pct_mean, row.test_acc_pct_std, 2),
+                 _mean_std(row.tokens_per_sec_mean, row.tokens_per_sec_std, 0),
+                 _mean_std(row.peak_memory_mb_mean, row.peak_memory_mb_std, 1),
+                 _mean_std(row.params_mean, row.params_std, 0)]
+        if has_published:
+            cells.append(_published_cell(row.published_test_acc_pct, row.published_source))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [
+        "",
+        "Mean ± sample standard deviation (ddof=1) over training seeds; no ± when n = 1.",
+        "tokens/s and peak memory are the training runs' own measurements (see each run's "
+        "device and precision).",
+    ]
+    if has_published:
+        notes.append(f"Published column: {LRA_SOURCE}, not measured here (different models, "
+                     f"hardware and budgets); † {COSFORMER_SOURCE}.")
+    return "\n".join(lines + notes) + "\n"
+
+
+def _published_cell(accuracy: float | None, source: str) -> str:
+    if not source:
+        return ""
+    if accuracy is None or pd.isna(accuracy):
+        return "fail"
+    return f"{accuracy:.2f}" + (" †" if source == COSFORMER_SOURCE else "")

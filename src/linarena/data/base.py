@@ -1,0 +1,147 @@
+"""Base LightningDataModule shared by every task: caching, datasets and data loaders."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from linarena.data.batching import (
+    PackedSequences,
+    PairDataset,
+    SequenceDataset,
+    collate_pairs,
+    collate_sequences,
+    collate_tokens,
+)
+from linarena.data.cache import config_hash, load_or_build
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+COLLATE_FUNCTIONS = {"sequence": collate_sequences, "pair": collate_pairs, "token": collate_tokens}
+
+
+class LRADataModule(L.LightningDataModule):
+    """Common machinery; subclasses say what the data is and how to build it.
+
+    Subclasses set `name`, `task`, `vocab_size`, `num_classes`, `max_length` in `__init__` and
+    implement `cache_config()` (the settings the cached tensors depend on) and `build()` (read,
+    download or generate the data and return named tensors). Sequence tasks store per split
+    `{split}/values`, `{split}/offsets`, `{split}/labels`; pair tasks store `{split}/first/...`
+    and `{split}/second/...` plus `{split}/labels`.
+
+    Batches are dicts with `tokens` LongTensor (B, L) (pair task: (B, 2, L)), `mask` BoolTensor of
+    the same shape (True = real token, right padding, pad id 0) and `label` LongTensor (B,)
+    (token task: (B, L) with -100 where not scored).
+    """
+
+    # Added to stored values when a batch is built: 1 for bytes and pixels (0 stays padding).
+    token_shift: ClassVar[int] = 0
+    # Splits served from another stored split, e.g. text: {"val": "test"} as in LRA.
+    split_aliases: ClassVar[dict[str, str]] = {}
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        batch_size: int,
+        num_workers: int,
+        seed: int,
+        max_length: int,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
+        if max_length < 1:
+            raise ValueError(f"data.max_length must be >= 1, got {max_length}")
+        self.data_dir = Path(data_dir)
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.seed = seed
+        self.max_length = max_length
+        self.name: str = ""
+        self.task: str = "sequence"
+        self.vocab_size: int = 0
+        self.num_classes: int = 0
+        self.datasets: dict[str, Dataset] = {}
+
+    # ---- what subclasses provide -------------------------------------------------------------
+    def cache_config(self) -> dict[str, Any]:
+        """JSON-serialisable settings that the cached tensors depend on."""
+        raise NotImplementedError
+
+    def build(self) -> dict[str, torch.Tensor]:
+        """Read, download or generate the data; return the tensors to cache."""
+        raise NotImplementedError
+
+    def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
+        """Dataset for a stored split (default: sequence or pair classification)."""
+        labels = tensors[f"{split}/labels"]
+        if self.task == "pair":
+            first = self._packed(tensors, f"{split}/first")
+            second = self._packed(tensors, f"{split}/second")
+            return PairDataset(first, second, labels)
+        return SequenceDataset(self._packed(tensors, split), labels)
+
+    def _packed(self, tensors: dict[str, torch.Tensor], prefix: str) -> PackedSequences:
+        return PackedSequences(
+            tensors[f"{prefix}/values"], tensors[f"{prefix}/offsets"], self.token_shift
+        )
+
+    # ---- caching ----------------------------------------------------------------------------
+    @property
+    def cache_path(self) -> Path:
+        """File under `<data_dir>/cache/` named after the task and the hash of its settings."""
+        return self.data_dir / "cache" / f"{self.name}-{config_hash(self._full_config())}.pt"
+
+    def _full_config(self) -> dict[str, Any]:
+        return {"name": self.name, "max_length": self.max_length, **self.cache_config()}
+
+    def load_tensors(self) -> dict[str, torch.Tensor]:
+        """Cached tensors, built (and cached) first when absent, stale or corrupt."""
+        return load_or_build(self.cache_path, self._full_config(), self._build_logged)
+
+    def _build_logged(self) -> dict[str, torch.Tensor]:
+        log.info("Building %s data (cache %s)", self.name, self.cache_path)
+        return self.build()
+
+    # ---- LightningDataModule hooks ------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Generate, download and cache the data (called once per node by Lightning)."""
+        self.load_tensors()
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the cached tensors into one dataset per split."""
+        if self.datasets:
+            return
+        tensors = self.load_tensors()
+        for split in SPLITS:
+            self.datasets[split] = self.make_dataset(tensors, self.split_aliases.get(split, split))
+        sizes = ", ".join(f"{split} {len(self.datasets[split])}" for split in SPLITS)
+        log.info("%s data: %s examples", self.name, sizes)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if not self.datasets:
+            self.setup()
+        return DataLoader(
+            self.datasets[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            collate_fn=COLLATE_FUNCTIONS[self.task],
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

@@ -1,0 +1,168 @@
+"""Image (LRA): CIFAR-10 in grey levels, one pixel per token, from the binary release."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from linarena.data.base import LRADataModule
+from linarena.data.batching import pack_rows
+from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.sources import CIFAR10_URL, download
+from linarena.data.text import BYTE_VOCAB_SIZE
+
+CIFAR_ARCHIVE = "cifar-10-binary.tar.gz"
+CIFAR_FOLDER = "cifar-10-batches-bin"
+TRAIN_FILES = tuple(f"data_batch_{k}.bin" for k in range(1, 6))
+TEST_FILES = ("test_batch.bin",)
+IMAGE_SIDE = 32
+RECORD_BYTES = 1 + 3 * IMAGE_SIDE * IMAGE_SIDE  # label byte, then R, G and B planes (row-major)
+NUM_CLASSES = 10
+
+
+def parse_cifar_records(data: bytes, path: Path | str) -> tuple[np.ndarray, np.ndarray]:
+    """Split a CIFAR-10 binary file into RGB images (n, 3, 32, 32) uint8 and labels (n,) int64."""
+    if len(data) == 0 or len(data) % RECORD_BYTES:
+        raise DataFormatError(
+            path,
+            None,
+            f"size {len(data)} bytes is not a positive multiple of {RECORD_BYTES} "
+            "(1 label byte + 3072 pixel bytes per image)",
+        )
+    records = np.frombuffer(data, dtype=np.uint8).reshape(-1, RECORD_BYTES)
+    labels = records[:, 0].astype(np.int64)
+    bad = np.flatnonzero(labels >= NUM_CLASSES)
+    if bad.size:
+        raise DataFormatError(
+            path, None, f"record {bad[0]} has label {labels[bad[0]]}, expected 0-9"
+        )
+    images = records[:, 1:].reshape(-1, 3, IMAGE_SIDE, IMAGE_SIDE)
+    return images, labels
+
+
+def to_grayscale(images: np.ndarray) -> np.ndarray:
+    """ITU-R BT.601 luma, rounded half up: (299 R + 587 G + 114 B + 500) // 1000.
+
+    images: uint8 (n, 3, H, W). Returns uint8 (n, H * W), pixels in row-major order.
+    """
+    r, g, b = (images[:, channel].astype(np.int32) for channel in range(3))
+    grey = (299 * r + 587 * g + 114 * b + 500) // 1000
+    return grey.reshape(len(images), -1).astype(np.uint8)
+
+
+class ImageDataModule(LRADataModule):
+    """CIFAR-10 as 1024 grey pixel tokens (token = pixel + 1); 10 classes.
+
+    Reads `<data_dir>/cifar-10-batches-bin/` or `<data_dir>/cifar-10-binary.tar.gz` (the binary
+    version; downloaded when absent and `download` is true). The 50,000 training images are split
+    into `num_val` validation images and the rest for training, by a permutation drawn from `seed`;
+    the 10,000 test images are the test split.
+    """
+
+    token_shift = 1
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        batch_size: int = 256,
+        num_workers: int = 0,
+        seed: int = 0,
+        max_length: int = IMAGE_SIDE * IMAGE_SIDE,
+        num_val: int = 5_000,
+        download: bool = True,
+    ) -> None:
+        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
+        if max_length != IMAGE_SIDE * IMAGE_SIDE:
+            raise ValueError(
+                f"data.max_length must be {IMAGE_SIDE**2} for CIFAR-10 (32 x 32 "
+                f"pixels), got {max_length}"
+            )
+        self.name, self.task = "image", "sequence"
+        self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, NUM_CLASSES
+        self.num_val = num_val
+        self.download = download
+
+    def cache_config(self) -> dict[str, Any]:
+        return {"seed": self.seed, "num_val": self.num_val}
+
+    def read_files(self) -> dict[str, bytes]:
+        """Contents of the six binary batch files, by file name, downloading if allowed."""
+        names = TRAIN_FILES + TEST_FILES
+        folder, archive = self.data_dir / CIFAR_FOLDER, self.data_dir / CIFAR_ARCHIVE
+        if all((folder / name).is_file() for name in names):
+            return {name: (folder / name).read_bytes() for name in names}
+        if not archive.is_file():
+            expected = [CIFAR_ARCHIVE, *(f"{CIFAR_FOLDER}/{name}" for name in names)]
+            if not self.download:
+                raise missing_data_error(
+                    "image",
+                    expected,
+                    self.data_dir,
+                    [CIFAR10_URL],
+                    reason="data.download=false, so no download was tried",
+                    hint=f"({CIFAR_ARCHIVE} alone, or the six files of {CIFAR_FOLDER}/)",
+                )
+            try:
+                download(CIFAR10_URL, archive)
+            except OSError as error:
+                raise missing_data_error(
+                    "image",
+                    expected,
+                    self.data_dir,
+                    [CIFAR10_URL],
+                    reason=f"automatic download failed: {error}",
+                    hint=f"({CIFAR_ARCHIVE} alone, or the six files of {CIFAR_FOLDER}/)",
+                ) from error
+        return self._read_archive(archive, names)
+
+    @staticmethod
+    def _read_archive(archive: Path, names: tuple[str, ...]) -> dict[str, bytes]:
+        contents = {}
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                for member in tar:
+                    name = Path(member.name).name
+                    if member.isfile() and name in names:
+                        handle = tar.extractfile(member)
+                        assert handle is not None  # regular files always have content
+                        contents[name] = handle.read()
+        except (tarfile.TarError, EOFError, OSError) as error:
+            raise DataFormatError(
+                archive, None, f"cannot read the archive ({error}); delete it and download it again"
+            ) from error
+        missing = [name for name in names if name not in contents]
+        if missing:
+            raise DataFormatError(archive, None, f"the archive lacks {', '.join(missing)}")
+        return contents
+
+    def build(self) -> dict[str, torch.Tensor]:
+        contents = self.read_files()
+        parsed = {name: parse_cifar_records(data, name) for name, data in contents.items()}
+        train_images = np.concatenate([parsed[name][0] for name in TRAIN_FILES])
+        train_labels = np.concatenate([parsed[name][1] for name in TRAIN_FILES])
+        if not 0 < self.num_val < len(train_labels):
+            raise ValueError(
+                f"data.num_val must be between 1 and {len(train_labels) - 1}, got {self.num_val}"
+            )
+        order = np.random.default_rng(self.seed).permutation(len(train_labels))
+        splits = {
+            "train": np.sort(order[self.num_val :]),
+            "val": np.sort(order[: self.num_val]),
+        }
+        grey_train = to_grayscale(train_images)
+        arrays = {
+            split: (grey_train[index], train_labels[index]) for split, index in splits.items()
+        }
+        test_images, test_labels = parsed[TEST_FILES[0]]
+        arrays["test"] = (to_grayscale(test_images), test_labels)
+        tensors = {}
+        for split, (pixels, labels) in arrays.items():
+            tensors |= {
+                f"{split}/{key}": value for key, value in pack_rows(pixels, torch.uint8).items()
+            }
+            tensors[f"{split}/labels"] = torch.from_numpy(np.ascontiguousarray(labels))
+        return tensors

@@ -1,0 +1,177 @@
+"""ListOps (LRA): read the release's tsv files, or generate them with the built-in generator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from linarena.data.base import SPLITS, LRADataModule
+from linarena.data.batching import pack_sequences
+from linarena.data.cache import config_hash
+from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.listops_generator import write_listops_files
+from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_hint, lra_release_path
+
+# Token ids: 0 is padding; the 15 symbols follow. `(` and `)` are dropped, as in the LRA pipeline.
+SYMBOLS = ("[MIN", "[MAX", "[MED", "[SM", "]", *map(str, range(10)))
+VOCAB = {symbol: index + 1 for index, symbol in enumerate(SYMBOLS)}
+VOCAB_SIZE = len(SYMBOLS) + 1
+NUM_CLASSES = 10
+_DROPPED = ("(", ")")
+_ALLOWED = frozenset(SYMBOLS) | frozenset(_DROPPED)
+# Fast path: operators become one letter each, brackets and spaces vanish, and every remaining
+# character is one token, looked up in a 256-entry table.
+_LETTERS = {"[MIN": "a", "[MAX": "b", "[MED": "c", "[SM": "d"}
+_LOOKUP = np.zeros(256, dtype=np.uint8)
+for _symbol, _id in VOCAB.items():
+    _LOOKUP[ord(_LETTERS.get(_symbol, _symbol))] = _id
+_REMOVE = str.maketrans("", "", " ()")
+
+
+def encode_listops(expression: str) -> np.ndarray:
+    """Token ids (uint8 array (length,)) of an expression; ValueError on an unknown symbol."""
+    unknown = set(expression.split()) - _ALLOWED
+    if unknown:
+        raise ValueError(f"unknown ListOps symbols {sorted(unknown)}; expected {list(SYMBOLS)}")
+    for symbol, letter in _LETTERS.items():
+        expression = expression.replace(symbol, letter)
+    compact = expression.translate(_REMOVE).encode("ascii")
+    return _LOOKUP[np.frombuffer(compact, dtype=np.uint8)]
+
+
+def read_listops_tsv(path: Path, max_length: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Parse a `Source\\tTarget` tsv into token arrays and labels (int64 (n,))."""
+    sequences, labels = [], []
+    with open(path, encoding="utf-8") as handle:
+        header = handle.readline().rstrip("\r\n")
+        if header != "Source\tTarget":
+            raise DataFormatError(
+                path, 1, f"expected the header 'Source<TAB>Target', got {header!r}"
+            )
+        for line_number, line in enumerate(handle, start=2):
+            if not line.strip():
+                continue  # a trailing blank line is harmless
+            fields = line.rstrip("\r\n").split("\t")
+            if len(fields) != 2:
+                raise DataFormatError(
+                    path, line_number, f"expected 2 tab-separated fields, got {len(fields)}"
+                )
+            source, target = fields
+            if target.strip() not in {str(k) for k in range(NUM_CLASSES)}:
+                raise DataFormatError(
+                    path, line_number, f"target must be a digit 0-9, got {target!r}"
+                )
+            try:
+                tokens = encode_listops(source)
+            except ValueError as error:
+                raise DataFormatError(path, line_number, str(error)) from None
+            if not 0 < len(tokens) <= max_length:
+                raise DataFormatError(
+                    path,
+                    line_number,
+                    f"expression has {len(tokens)} tokens; data.max_length={max_length} allows "
+                    "1 to max_length (raise data.max_length)",
+                )
+            sequences.append(tokens)
+            labels.append(int(target))
+    return sequences, np.asarray(labels, dtype=np.int64)
+
+
+class ListOpsDataModule(LRADataModule):
+    """ListOps: nested MIN/MAX/MED/SM expressions over digits; 10 classes, 16 token ids.
+
+    Reads `<data_dir>/lra_release/listops-1000/basic_{train,val,test}.tsv` when present (or with
+    `source="official"`); otherwise generates the same format into
+    `<data_dir>/listops/generated-<hash>/` with the official generator settings, which the keyword
+    arguments below override. Generated expressions satisfy min_length < length < max_length.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 0,
+        max_length: int = 2000,
+        source: str = "auto",
+        num_train: int = 96_000,
+        num_val: int = 2_000,
+        num_test: int = 2_000,
+        min_length: int = 500,
+        max_depth: int = 10,
+        max_args: int = 10,
+        generator_workers: int | None = None,
+    ) -> None:
+        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
+        check_source(source)
+        if min(num_train, num_val, num_test) < 1:
+            raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
+        self.name, self.task = "listops", "sequence"
+        self.vocab_size, self.num_classes = VOCAB_SIZE, NUM_CLASSES
+        self.source = source
+        self.sizes = {"train": num_train, "val": num_val, "test": num_test}
+        self.generator_settings = {
+            "seed": seed,
+            "max_depth": max_depth,
+            "max_args": max_args,
+            "min_length": min_length,
+            "max_length": max_length,
+        }
+        self.generator_workers = generator_workers
+
+    @property
+    def official_dir(self) -> Path | None:
+        """The release's `listops-1000` folder, or None when absent."""
+        return lra_release_path(self.data_dir, "listops-1000")
+
+    def uses_official(self) -> bool:
+        """Whether the release files are read (else the generated copy)."""
+        if self.source == "official" and self.official_dir is None:
+            raise missing_data_error(
+                "listops",
+                [f"lra_release/listops-1000/basic_{split}.tsv" for split in SPLITS],
+                self.data_dir,
+                [LRA_RELEASE_URL],
+                hint=lra_release_hint(self.data_dir),
+                reason="data.source=official; use data.source=auto to generate the data instead",
+            )
+        return self.source != "generated" and self.official_dir is not None
+
+    @property
+    def generated_dir(self) -> Path:
+        """Folder of the generated tsv files, named after the generator settings."""
+        key = config_hash({**self.generator_settings, "sizes": self.sizes})
+        return self.data_dir / "listops" / f"generated-{key}"
+
+    def cache_config(self) -> dict[str, Any]:
+        if self.uses_official():
+            return {"source": "official"}
+        return {"source": "generated", **self.generator_settings, "sizes": self.sizes}
+
+    def build(self) -> dict[str, torch.Tensor]:
+        official = self.official_dir if self.uses_official() else None
+        folder = official or self.generated_dir
+        if official is None and not all(
+            (folder / f"basic_{split}.tsv").exists() for split in SPLITS
+        ):
+            write_listops_files(
+                folder, self.sizes, workers=self.generator_workers, **self.generator_settings
+            )
+        tensors = {}
+        for split in SPLITS:
+            path = folder / f"basic_{split}.tsv"
+            if not path.exists():
+                raise missing_data_error(
+                    "listops",
+                    [str(path.relative_to(self.data_dir))],
+                    self.data_dir,
+                    [LRA_RELEASE_URL],
+                )
+            sequences, labels = read_listops_tsv(path, self.max_length)
+            packed = pack_sequences(sequences, torch.uint8)
+            tensors |= {f"{split}/{key}": value for key, value in packed.items()}
+            tensors[f"{split}/labels"] = torch.from_numpy(labels)
+        return tensors

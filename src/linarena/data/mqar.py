@@ -1,0 +1,142 @@
+"""Multi-query associative recall (MQAR; Arora et al. 2023, "Zoology"), generated.
+
+A sequence starts with `num_pairs` key-value pairs `k1 v1 k2 v2 ...`; the rest is the query region:
+slots at every other position, `num_pairs` of which hold the keys again (each once, in random
+order), everything else random filler tokens. At the position of each queried key the label is that
+key's value; the model has read the key and must recall the value (causal attention). Keys come from
+ids [1, vocab_size/2), values from [vocab_size/2, vocab_size); 0 is padding and never appears.
+Query slots are drawn with probability proportional to (slot + 1) ** (power_a - 1), which favours
+slots close to the pairs for small `power_a`, as in Zoology.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from linarena.data.base import LRADataModule
+from linarena.data.batching import IGNORE_INDEX, TokenDataset
+
+_ROWS_PER_BLOCK = 2048  # bounds the (rows, key range) random matrices drawn at once
+
+
+def _distinct_choices(
+    rng: np.random.Generator, rows: int, low: int, high: int, k: int
+) -> np.ndarray:
+    """(rows, k) array; each row k distinct integers drawn uniformly from [low, high), in random
+    order (argpartition's order is unspecified, so it is shuffled explicitly)."""
+    scores = rng.random((rows, high - low))
+    chosen = np.argpartition(scores, k - 1, axis=1)[:, :k] + low
+    return np.take_along_axis(chosen, np.argsort(rng.random((rows, k)), axis=1), axis=1)
+
+
+def generate_mqar(
+    num_examples: int,
+    vocab_size: int,
+    seq_len: int,
+    num_pairs: int,
+    rng: np.random.Generator,
+    power_a: float = 0.01,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids (n, seq_len) int64 and labels (n, seq_len) int64, IGNORE_INDEX where unscored."""
+    check_mqar_settings(vocab_size, seq_len, num_pairs)
+    half = vocab_size // 2
+    context = 2 * num_pairs
+    num_slots = (seq_len - context) // 2
+    slot_weights = (power_a - 1.0) * np.log(np.arange(1, num_slots + 1, dtype=np.float64))
+    tokens = np.empty((num_examples, seq_len), dtype=np.int64)
+    labels = np.full((num_examples, seq_len), IGNORE_INDEX, dtype=np.int64)
+    for start in range(0, num_examples, _ROWS_PER_BLOCK):
+        rows = min(_ROWS_PER_BLOCK, num_examples - start)
+        block = tokens[start : start + rows]
+        keys = _distinct_choices(rng, rows, 1, half, num_pairs)
+        values = _distinct_choices(rng, rows, half, vocab_size, num_pairs)
+        block[:] = rng.integers(1, vocab_size, size=(rows, seq_len))  # filler everywhere first
+        block[:, 0:context:2] = keys
+        block[:, 1:context:2] = values
+        # Weighted sampling of distinct slots without replacement (Gumbel top-k).
+        gumbel = slot_weights - np.log(-np.log(rng.random((rows, num_slots))))
+        slots = np.argpartition(-gumbel, num_pairs - 1, axis=1)[:, :num_pairs]
+        # Which pair each chosen slot queries: a random permutation per row.
+        pair_of_slot = np.argsort(rng.random((rows, num_pairs)), axis=1)
+        positions = context + 2 * slots
+        row_index = np.arange(rows)[:, None]
+        block[row_index, positions] = keys[row_index, pair_of_slot]
+        labels[start : start + rows][row_index, positions] = values[row_index, pair_of_slot]
+    return tokens, labels
+
+
+def check_mqar_settings(vocab_size: int, seq_len: int, num_pairs: int) -> None:
+    """Raise ValueError naming the config key when the settings cannot produce a sequence."""
+    if num_pairs < 1:
+        raise ValueError(f"data.num_pairs must be >= 1, got {num_pairs}")
+    if vocab_size // 2 - 1 < num_pairs:
+        raise ValueError(
+            f"data.vocab_size={vocab_size} gives {vocab_size // 2 - 1} key ids, fewer "
+            f"than data.num_pairs={num_pairs}; raise data.vocab_size"
+        )
+    if seq_len < 4 * num_pairs:
+        raise ValueError(
+            f"data.max_length={seq_len} is too short for data.num_pairs={num_pairs}: "
+            f"pairs and query slots need 4 * num_pairs = {4 * num_pairs} positions"
+        )
+
+
+class MQARDataModule(LRADataModule):
+    """Generated MQAR sequences; task "token": labels (B, L) are value ids at queried keys.
+
+    num_classes = vocab_size, so a label is a token id. Use with causal attention.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+        max_length: int = 256,
+        vocab_size: int = 8192,
+        num_pairs: int = 16,
+        power_a: float = 0.01,
+        num_train: int = 100_000,
+        num_val: int = 3_000,
+        num_test: int = 3_000,
+    ) -> None:
+        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
+        check_mqar_settings(vocab_size, max_length, num_pairs)
+        if min(num_train, num_val, num_test) < 1:
+            raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
+        if not power_a > 0:
+            raise ValueError(f"data.power_a must be > 0, got {power_a}")
+        self.name, self.task = "mqar", "token"
+        self.vocab_size, self.num_classes = vocab_size, vocab_size
+        self.num_pairs, self.power_a = num_pairs, power_a
+        self.sizes = {"train": num_train, "val": num_val, "test": num_test}
+
+    def cache_config(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "vocab_size": self.vocab_size,
+            "num_pairs": self.num_pairs,
+            "power_a": self.power_a,
+            "sizes": self.sizes,
+        }
+
+    def build(self) -> dict[str, torch.Tensor]:
+        dtype = torch.int16 if self.vocab_size <= torch.iinfo(torch.int16).max else torch.int32
+        tensors = {}
+        for split_index, (split, size) in enumerate(self.sizes.items()):
+            rng = np.random.default_rng([self.seed, split_index])
+            tokens, labels = generate_mqar(
+                size, self.vocab_size, self.max_length, self.num_pairs, rng, self.power_a
+            )
+            tensors[f"{split}/tokens"] = torch.from_numpy(tokens).to(dtype)
+            tensors[f"{split}/labels"] = torch.from_numpy(labels).to(dtype)
+        return tensors
+
+    def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
+        return TokenDataset(tensors[f"{split}/tokens"], tensors[f"{split}/labels"])

@@ -1,0 +1,231 @@
+"""Pathfinder and Path-X (LRA): are the two dots connected by a curve? One pixel per token."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from tqdm.auto import tqdm
+
+from linarena.data.base import LRADataModule
+from linarena.data.batching import pack_rows
+from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_hint, lra_release_path
+from linarena.data.text import BYTE_VOCAB_SIZE
+
+log = logging.getLogger(__name__)
+
+DIFFICULTY_NAMES = ("curv_baseline", "curv_contour_length_9", "curv_contour_length_14")
+RESOLUTIONS = (32, 64, 128, 256)
+
+
+def read_pathfinder_metadata(dataset_dir: Path) -> list[tuple[Path, int]]:
+    """(image path, label) for every line of `metadata/<k>.npy`, folders in numeric order.
+
+    The metadata files are text despite the extension: `imgs/<k> sample_<i>.png <i> <label> ...`.
+    """
+    metadata_files = sorted(
+        (dataset_dir / "metadata").glob("*.npy"),
+        key=lambda path: (
+            not path.stem.isdigit(),
+            int(path.stem) if path.stem.isdigit() else 0,
+            path.stem,
+        ),
+    )
+    records = []
+    for metadata in metadata_files:
+        with open(metadata, encoding="utf-8") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                fields = line.split()
+                if not fields:
+                    continue
+                if len(fields) < 4 or fields[3] not in ("0", "1"):
+                    raise DataFormatError(
+                        metadata,
+                        line_number,
+                        "expected 'imgs/<k> sample_<i>.png <i> <label> ...' with label 0 or 1, "
+                        f"got {line.strip()!r}",
+                    )
+                records.append((dataset_dir / fields[0] / fields[1], int(fields[3])))
+    return records
+
+
+def read_pathfinder_images(
+    records: list[tuple[Path, int]], resolution: int, progress: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Grey pixels uint8 (n, resolution**2) and labels int64 (n,); empty image files skipped."""
+    pixels = np.empty((len(records), resolution * resolution), dtype=np.uint8)
+    labels = np.empty(len(records), dtype=np.int64)
+    count = 0
+    for path, label in tqdm(records, desc="Pathfinder images", unit="img", disable=not progress):
+        try:
+            if path.stat().st_size == 0:
+                continue  # the release has some empty files
+            with Image.open(path) as image:
+                grey = np.asarray(image.convert("L"))
+        except FileNotFoundError:
+            raise DataFormatError(path, None, "listed in the metadata but missing") from None
+        except OSError as error:
+            raise DataFormatError(path, None, f"cannot read the image ({error})") from error
+        if grey.shape != (resolution, resolution):
+            raise DataFormatError(
+                path,
+                None,
+                f"image is {grey.shape[1]}x{grey.shape[0]}, expected {resolution}x{resolution}",
+            )
+        pixels[count] = grey.reshape(-1)
+        labels[count] = label
+        count += 1
+    if count < len(records):
+        log.info("Skipped %d empty Pathfinder image files", len(records) - count)
+    return pixels[:count], labels[:count]
+
+
+class PathfinderDataModule(LRADataModule):
+    """Pathfinder images as resolution**2 grey pixel tokens (token = pixel + 1); 2 classes.
+
+    Reads `<data_dir>/lra_release/pathfinder<res>/<difficulty>/` when present (or with
+    `source="official"`), otherwise generates `num_train + num_val + num_test` images in the same
+    layout under `<data_dir>/pathfinder/generated/seed<seed>-n<count>/` with
+    `linarena.data.pathfinder_generator`. Usable images are shuffled by `seed`; the first `num_val`
+    are the validation split, the next `num_test` the test split, and up to `num_train` of the
+    rest the training split. Resolution 128 is Path-X (name "pathx").
+    """
+
+    token_shift = 1
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        batch_size: int = 512,
+        num_workers: int = 0,
+        seed: int = 0,
+        max_length: int = 1024,
+        resolution: int = 32,
+        difficulty: str = "curv_contour_length_14",
+        source: str = "auto",
+        num_train: int = 160_000,
+        num_val: int = 20_000,
+        num_test: int = 20_000,
+        generator_workers: int | None = None,
+    ) -> None:
+        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
+        check_source(source)
+        if resolution not in RESOLUTIONS:
+            raise ValueError(f"data.resolution must be one of {RESOLUTIONS}, got {resolution}")
+        if max_length != resolution * resolution:
+            raise ValueError(
+                f"data.max_length must be resolution**2 = {resolution**2} for "
+                f"data.resolution={resolution}, got {max_length}"
+            )
+        if difficulty not in DIFFICULTY_NAMES:
+            raise ValueError(
+                f"data.difficulty must be one of {', '.join(DIFFICULTY_NAMES)}, got {difficulty!r}"
+            )
+        if min(num_train, num_val, num_test) < 1:
+            raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
+        self.name = "pathx" if resolution == 128 else f"pathfinder{resolution}"
+        self.task = "sequence"
+        self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, 2
+        self.resolution, self.difficulty, self.source = resolution, difficulty, source
+        self.sizes = {"train": num_train, "val": num_val, "test": num_test}
+        self.generator_workers = generator_workers
+
+    @property
+    def relative_dir(self) -> str:
+        return f"pathfinder{self.resolution}/{self.difficulty}"
+
+    @property
+    def official_dir(self) -> Path | None:
+        """The release's folder for this resolution and difficulty, or None when absent."""
+        folder = lra_release_path(self.data_dir, self.relative_dir)
+        return folder if folder is not None and (folder / "metadata").is_dir() else None
+
+    def uses_official(self) -> bool:
+        if self.source == "official" and self.official_dir is None:
+            raise missing_data_error(
+                self.name,
+                [
+                    f"lra_release/{self.relative_dir}/metadata/<k>.npy",
+                    f"lra_release/{self.relative_dir}/imgs/<k>/sample_<i>.png",
+                ],
+                self.data_dir,
+                [LRA_RELEASE_URL],
+                hint=lra_release_hint(self.data_dir),
+                reason="data.source=official; use data.source=auto to generate the data instead",
+            )
+        return self.source != "generated" and self.official_dir is not None
+
+    @property
+    def generated_root(self) -> Path:
+        total = sum(self.sizes.values())
+        return self.data_dir / "pathfinder" / "generated" / f"seed{self.seed}-n{total}"
+
+    def cache_config(self) -> dict[str, Any]:
+        source = "official" if self.uses_official() else "generated"
+        return {
+            "source": source,
+            "resolution": self.resolution,
+            "difficulty": self.difficulty,
+            "seed": self.seed,
+            "sizes": self.sizes,
+        }
+
+    def dataset_dir(self) -> Path:
+        """Folder with `imgs/` and `metadata/`: the release's, or a generated one."""
+        official = self.official_dir if self.uses_official() else None
+        if official is not None:
+            return official
+        try:
+            from linarena.data.pathfinder_generator import generate_pathfinder
+        except ImportError as error:
+            raise missing_data_error(
+                self.name,
+                [
+                    f"lra_release/{self.relative_dir}/metadata/<k>.npy",
+                    f"lra_release/{self.relative_dir}/imgs/<k>/sample_<i>.png",
+                ],
+                self.data_dir,
+                [LRA_RELEASE_URL],
+                hint=lra_release_hint(self.data_dir),
+                reason=f"the Pathfinder generator is unavailable: {error}",
+            ) from error
+        generate_pathfinder(
+            self.generated_root,
+            self.resolution,
+            self.difficulty,
+            sum(self.sizes.values()),
+            seed=self.seed,
+            workers=self.generator_workers,
+        )
+        return self.generated_root / self.relative_dir
+
+    def build(self) -> dict[str, torch.Tensor]:
+        pixels, labels = read_pathfinder_images(
+            read_pathfinder_metadata(self.dataset_dir()), self.resolution
+        )
+        num_val, num_test = self.sizes["val"], self.sizes["test"]
+        if len(labels) <= num_val + num_test:
+            raise ValueError(
+                f"only {len(labels)} usable Pathfinder images; need more than "
+                f"data.num_val + data.num_test = {num_val + num_test}"
+            )
+        order = np.random.default_rng(self.seed).permutation(len(labels))
+        splits = {
+            "val": order[:num_val],
+            "test": order[num_val : num_val + num_test],
+            "train": order[num_val + num_test :][: self.sizes["train"]],
+        }
+        tensors = {}
+        for split, index in splits.items():
+            index = np.sort(index)
+            tensors |= {
+                f"{split}/{key}": value
+                for key, value in pack_rows(pixels[index], torch.uint8).items()
+            }
+            tensors[f"{split}/labels"] = torch.from_numpy(labels[index])
+        return tensors

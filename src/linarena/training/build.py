@@ -1,0 +1,145 @@
+"""Builds datamodule, model, LightningModule, loggers, callbacks and trainer from the config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning.pytorch import LightningDataModule, Trainer, seed_everything
+from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from linarena.training.checkpoint_io import AtomicCheckpointIO
+from linarena.training.checks import (
+    check_config,
+    check_ddp_launch,
+    check_task,
+    resolve_ckpt_path,
+    resolve_precision,
+)
+from linarena.training.errors import ConfigError
+from linarena.training.module import ClassificationModule
+from linarena.training.perf import PerfMonitor
+from linarena.training.wandb_run import build_wandb_logger, define_metrics
+
+
+@dataclass
+class Components:
+    """Everything a run needs, built and checked."""
+
+    datamodule: LightningDataModule
+    module: ClassificationModule
+    trainer: Trainer
+    perf: PerfMonitor
+    wandb_logger: WandbLogger | None
+    task: str
+    attention: str
+    precision: str
+    ckpt_path: str | None
+
+
+def attention_name(attention: DictConfig) -> str:
+    """'performer' for linarena.attention.PerformerAttention, and so on."""
+    class_name = str(attention._target_).rsplit(".", 1)[-1]
+    return class_name.removesuffix("Attention").lower() or class_name
+
+
+def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate, with constructor errors turned into a ConfigError naming the
+    config group (the constructors' own messages say which key to change)."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__ or err
+        raise ConfigError(f"Could not build `{group}` ({node.get('_target_')}): {cause}") from err
+
+
+def build_loggers(
+    cfg: DictConfig, output_dir: Path, task: str, attention: str
+) -> tuple[list[Logger], WandbLogger | None]:
+    """Loggers of the `logger` group; the W&B one gets group/name/tags/id filled in."""
+    loggers: list[Logger] = []
+    wandb_logger = None
+    for key, node in (cfg.get("logger") or {}).items():
+        if str(node.get("_target_", "")).endswith("WandbLogger"):
+            wandb_logger = build_wandb_logger(
+                node,
+                output_dir,
+                group=task,
+                name=f"{attention}-s{cfg.seed}",
+                tags=[*cfg.get("tags", []), task, attention],
+                job_type=attention,
+                is_rank_zero=rank_zero_only.rank == 0,
+            )
+            loggers.append(wandb_logger)
+        else:
+            loggers.append(instantiate_group(node, f"logger.{key}"))
+    return loggers, wandb_logger
+
+
+def build_components(
+    cfg: DictConfig, output_dir: Path, multirun: bool, launcher_target: str | None
+) -> Components:
+    """Check the config, then build every object of the run (no data is loaded yet)."""
+    check_config(cfg)
+    check_ddp_launch(cfg.trainer, multirun, launcher_target)
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), output_dir)
+    seed_everything(cfg.seed, workers=True)
+
+    datamodule = instantiate_group(cfg.data, "data")
+    check_task(cfg, datamodule.task)
+    attention = attention_name(cfg.attention)
+    model = instantiate_group(
+        cfg.model,
+        "model",
+        vocab_size=datamodule.vocab_size,
+        num_classes=datamodule.num_classes,
+        task=datamodule.task,
+        attention=instantiate_group(cfg.attention, "attention"),
+    )
+    optim = instantiate_group(cfg.optim, "optim", _convert_="all")
+    module = ClassificationModule(
+        model, optim, datamodule.num_classes, datamodule.task, attention_name=attention
+    )
+
+    loggers, wandb_logger = build_loggers(cfg, output_dir, datamodule.name, attention)
+    perf = PerfMonitor()
+    callbacks = [
+        instantiate_group(node, f"callbacks.{key}")
+        for key, node in (cfg.get("callbacks") or {}).items()
+        if node is not None
+    ]
+    precision = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
+    strategy = str(cfg.trainer.get("strategy", "auto"))
+    # Sharded strategies (fsdp, deepspeed) bring their own checkpoint writers.
+    plugins = [] if any(s in strategy for s in ("fsdp", "deepspeed")) else [AtomicCheckpointIO()]
+    trainer = instantiate_group(
+        cfg.trainer,
+        "trainer",
+        callbacks=[*callbacks, perf],
+        logger=loggers or False,
+        precision=precision,
+        plugins=plugins,
+    )
+    for logger in loggers:
+        logger.log_hyperparams(logged_config(cfg, datamodule.name, attention, precision))
+    if wandb_logger is not None:
+        define_metrics(wandb_logger.experiment)
+    return Components(
+        datamodule, module, trainer, perf, wandb_logger, datamodule.name, attention, precision,
+        ckpt_path,
+    )
+
+
+def logged_config(cfg: DictConfig, task: str, attention: str, precision: str) -> dict[str, Any]:
+    """The resolved config as loggers get it, with `task` and `attention` names at the top level
+    (what runs are grouped and filtered by); the attention group's settings move to
+    `attention_config`, and trainer.precision is the one actually used."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["attention_config"] = resolved.pop("attention")
+    resolved["trainer"]["precision"] = precision
+    return {"task": task, "attention": attention, **resolved}

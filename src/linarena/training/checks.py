@@ -1,0 +1,196 @@
+"""Checks of the composed config before anything is built, so a wrong setting fails in a second
+with a message naming the key, not after data generation or mid-training."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import get_object
+from omegaconf import DictConfig
+
+from linarena.training.errors import ConfigError
+
+# Filled in by the code from the datamodule or per layer, never set in the config.
+INJECTED = {
+    "model": {"vocab_size", "num_classes", "task", "attention"},
+    "attention": {"head_dim", "causal"},
+    "trainer": {"callbacks", "logger", "precision", "plugins"},
+}
+# Strategies whose processes are started by the strategy itself inside the current process tree
+# (spawn/fork) rather than by re-running the script.
+SPAWNING_STRATEGIES = ("spawn", "fork", "notebook")
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def target_of(node: DictConfig, group: str) -> Callable[..., Any]:
+    """The class or function named by `node._target_`."""
+    target = node.get("_target_")
+    if target is None:
+        raise ConfigError(f"The `{group}` config has no _target_ (the class it builds).")
+    try:
+        return get_object(target)
+    except Exception as err:
+        raise ConfigError(f"{group}._target_={target} cannot be imported: {err}") from err
+
+
+def check_keys(node: DictConfig, group: str) -> None:
+    """Every key of `node` must be a parameter of its _target_ (torchtune-style), and every
+    required parameter must be given."""
+    target = target_of(node, group)
+    params = inspect.signature(target).parameters
+    injected = INJECTED.get(group, set())
+    keys = {k for k in node if not str(k).startswith("_")}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    names = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    unknown = sorted(keys - set(names)) if not takes_any else []
+    if unknown:
+        valid = [n for n in names if n not in injected and n != "self"]
+        hints = [_did_you_mean(key, valid) for key in unknown]
+        listed = "; ".join(f"{group}.{key}{hint}" for key, hint in zip(unknown, hints, strict=True))
+        raise ConfigError(
+            f"Unknown config key(s): {listed}. {node['_target_']} accepts: {', '.join(valid)}."
+        )
+    missing = [
+        n
+        for n, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and n not in keys
+        and n not in injected
+    ]
+    if missing:
+        raise ConfigError(
+            f"The `{group}` config lacks required key(s): "
+            + ", ".join(f"{group}.{n}" for n in missing)
+            + f" (parameters of {node['_target_']})."
+        )
+
+
+def _did_you_mean(key: str, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(valid), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_config(cfg: DictConfig) -> None:
+    """All checks that need only the config."""
+    for group in ("data", "attention", "model", "optim", "trainer"):
+        check_keys(cfg[group], group)
+    for name, node in cfg.get("callbacks", {}).items():
+        if isinstance(node, DictConfig) and "_target_" in node:
+            check_keys(node, f"callbacks.{name}")
+    check_validation_runs(cfg.trainer)
+    model = cfg.model
+    if model.num_heads < 1 or model.d_model % model.num_heads != 0:
+        raise ConfigError(
+            f"model.d_model={model.d_model} is not divisible by model.num_heads="
+            f"{model.num_heads}: each head gets d_model // num_heads dimensions. Change "
+            f"model.num_heads to a divisor of {model.d_model} or model.d_model to a multiple "
+            f"of {model.num_heads}."
+        )
+    if model.causal and "max_length" in cfg.attention and cfg.attention.max_length is None:
+        raise ConfigError(
+            "model.causal=true with attention.max_length=null: causal cosFormer weights "
+            "position pairs by cos(pi/2 * (i - j) / M) with M = attention.max_length, which must "
+            "be known in advance. Drop the attention.max_length=null override (by default it "
+            "follows model.max_length) or set attention.max_length to at least the sequence "
+            f"length ({cfg.data.max_length} tokens here)."
+        )
+    if model.max_length < cfg.data.max_length:
+        raise ConfigError(
+            f"data.max_length={cfg.data.max_length} is longer than model.max_length="
+            f"{model.max_length}: sequences of up to {cfg.data.max_length} tokens would not fit. "
+            f"Set model.max_length={cfg.data.max_length} (its default is ${{data.max_length}}) "
+            f"or data.max_length={model.max_length}."
+        )
+
+
+def check_validation_runs(trainer: DictConfig) -> None:
+    """val/acc_best, the best checkpoint and the value an Optuna search maximises all need at
+    least one validation."""
+    if trainer.get("fast_dev_run"):
+        return
+    if trainer.get("limit_val_batches") == 0:
+        raise ConfigError(
+            "trainer.limit_val_batches=0 turns validation off, but the run needs it (val/acc, "
+            "val/acc_best, the best checkpoint). Use a positive number or null (all batches)."
+        )
+    interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
+    if isinstance(interval, int) and 0 < max_steps < interval:
+        raise ConfigError(
+            f"trainer.max_steps={max_steps} is smaller than trainer.val_check_interval="
+            f"{interval}: no validation would run. Set trainer.val_check_interval to at most "
+            f"{max_steps}."
+        )
+
+
+def check_task(cfg: DictConfig, task: str) -> None:
+    """Checks that need the task, known once the datamodule is built."""
+    if cfg.model.causal and cfg.model.pooling == "cls" and task != "token":
+        raise ConfigError(
+            "model.causal=true with model.pooling=cls: under a causal mask the CLS token in "
+            "front sees only itself, so the classifier would see nothing. Set "
+            "model.pooling=mean."
+        )
+
+
+def resolve_precision(precision: Any, accelerator: str) -> str:
+    """'auto' becomes bf16-mixed on a GPU that supports it, else 32-true; other values pass."""
+    if str(precision) != "auto":
+        return str(precision)
+    on_gpu = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def count_devices(devices: Any, accelerator: str) -> int:
+    """How many processes Lightning would start for trainer.devices on this machine."""
+    gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
+    if isinstance(devices, int):
+        return (gpus or 1) if devices == -1 else devices
+    if isinstance(devices, str):
+        if devices.strip().lstrip("-").isdigit():
+            return count_devices(int(devices), accelerator)
+        if devices == "auto":
+            return gpus or 1
+        return len([d for d in devices.split(",") if d.strip()])
+    return len(list(devices))
+
+
+def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str | None) -> None:
+    """Under Hydra multirun with the basic launcher, DDP's subprocess launcher re-runs the script
+    with the sweep arguments (hangs or repeated sweeps): refuse it with the ways out."""
+    if not multirun or launcher_target != BASIC_LAUNCHER:
+        return
+    accelerator = str(trainer.get("accelerator", "auto"))
+    processes = count_devices(trainer.get("devices", 1), accelerator) * int(
+        trainer.get("num_nodes", 1)
+    )
+    strategy = str(trainer.get("strategy", "auto"))
+    if processes > 1 and not any(word in strategy for word in SPAWNING_STRATEGIES):
+        raise ConfigError(
+            f"trainer.strategy={strategy} with {processes} processes cannot run under a Hydra "
+            "multirun (-m) with the default launcher: each DDP rank would re-run the script "
+            "with the sweep's arguments. Use hydra/launcher=slurm (SLURM starts the ranks), or "
+            "trainer.strategy=ddp_spawn, or run the jobs one at a time without -m."
+        )
+
+
+def resolve_ckpt_path(ckpt_path: str | None, output_dir: Path) -> str | None:
+    """ckpt_path=last means <output_dir>/checkpoints/last.ckpt; any other path must exist."""
+    if ckpt_path is None:
+        return None
+    path = output_dir / "checkpoints" / "last.ckpt" if ckpt_path == "last" else Path(ckpt_path)
+    if not path.is_file():
+        how = (
+            "To resume a run, point hydra.run.dir at that run's output folder (the one holding "
+            "checkpoints/last.ckpt), e.g. `python train.py ckpt_path=last "
+            "hydra.run.dir=outputs/runs/<run folder>` with the run's other overrides."
+            if ckpt_path == "last"
+            else "Pass an existing .ckpt file, ckpt_path=last, or ckpt_path=null."
+        )
+        raise ConfigError(f"ckpt_path={ckpt_path}: no checkpoint at {path}. {how}")
+    return str(path)

@@ -1,0 +1,124 @@
+"""LightningModule: loss, accuracy, optimizer and schedule around a TransformerClassifier."""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch import LightningModule
+from torch import Tensor, nn
+from torch.nn import functional as F
+from torchmetrics import MaxMetric, MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from linarena.training.errors import NonFiniteLossError
+from linarena.training.optim import OptimSettings, build_optimizer, build_scheduler
+
+IGNORE_INDEX = -100
+
+
+class ClassificationModule(LightningModule):
+    """Trains `model` with cross-entropy; logs train/val/test loss and accuracy, val/acc_best
+    and train/lr.
+
+    Args:
+        model: maps (tokens, mask) to logits (batch, classes) or (batch, length, classes).
+        optim: optimizer and schedule settings.
+        num_classes: number of classes.
+        task: "sequence", "pair" or "token" (token labels use -100 for unscored positions).
+        attention_name: named in the error raised on a non-finite loss.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optim: OptimSettings,
+        num_classes: int,
+        task: str,
+        attention_name: str,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.optim_settings = optim
+        self.attention_name = attention_name
+        ignore_index = IGNORE_INDEX if task == "token" else None
+        metric_args = {"num_classes": num_classes, "average": "micro", "ignore_index": ignore_index}
+        self.train_acc = MulticlassAccuracy(**metric_args)
+        self.val_acc = MulticlassAccuracy(**metric_args)
+        self.test_acc = MulticlassAccuracy(**metric_args)
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+        self.val_acc_best = MaxMetric()
+        # Saved in checkpoints, so a resumed run keeps the best accuracy seen before.
+        self.val_acc_best.persistent(True)
+
+    def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        return self.model(tokens, mask)
+
+    def _loss(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Returns (mean loss, predictions, labels, number of scored labels)."""
+        logits = self.model(batch["tokens"], batch["mask"])
+        labels = batch["label"]
+        flat_logits = logits.reshape(-1, logits.shape[-1]).float()
+        flat_labels = labels.reshape(-1)
+        loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=IGNORE_INDEX)
+        scored = (flat_labels != IGNORE_INDEX).sum()
+        return loss, flat_logits.argmax(dim=-1), flat_labels, scored
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss, preds, labels, _ = self._loss(batch)
+        # Decided together across DDP ranks: one rank raising alone would leave the others
+        # waiting in the gradient all-reduce.
+        if self.trainer.strategy.reduce_boolean_decision(
+            not bool(torch.isfinite(loss)), all=False
+        ):
+            raise NonFiniteLossError(
+                f"The training loss became {loss.item()} at step {self.global_step} "
+                f"with attention={self.attention_name}."
+            )
+        self.train_acc(preds, labels)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
+        self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True, on_epoch=False)
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # A finite loss can still give infinite gradients, and one step with them would write
+        # NaN weights into the next checkpoint. 16-mixed is exempt: its grad scaler skips such
+        # steps by design.
+        if self.trainer.precision == "16-mixed":
+            return
+        # Gradients are already all-reduced here, so every DDP rank reaches the same verdict.
+        finite = [p.grad.isfinite().all() for p in self.parameters() if p.grad is not None]
+        if finite and not bool(torch.stack(finite).all()):
+            raise NonFiniteLossError(
+                f"The gradients became non-finite at step {self.global_step} "
+                f"with attention={self.attention_name} (the loss was finite)."
+            )
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        loss, preds, labels, scored = self._loss(batch)
+        self.val_loss(loss, weight=scored)
+        self.val_acc(preds, labels)
+        self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log("val/acc", self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:  # untrained weights: not a candidate for the best
+            return
+        self.val_acc_best(self.val_acc.compute())
+        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        loss, preds, labels, scored = self._loss(batch)
+        self.test_loss(loss, weight=scored)
+        self.test_acc(preds, labels)
+        self.log("test/loss", self.test_loss, on_step=False, on_epoch=True)
+        self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+
+    def configure_optimizers(self) -> dict:
+        optimizer = build_optimizer(self.model, self.optim_settings)
+        total_steps = int(self.trainer.estimated_stepping_batches)
+        scheduler = build_scheduler(optimizer, self.optim_settings, total_steps)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }

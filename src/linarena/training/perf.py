@@ -1,0 +1,95 @@
+"""Throughput and memory measurement: samples/s and real tokens/s of the training steps, peak
+memory, parameter count."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak GPU memory allocated by tensors on `device` (CUDA), else the process's peak RSS."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports kilobytes, macOS bytes.
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+class PerfMonitor(Callback):
+    """Times each training batch from on_train_batch_start to on_train_batch_end (forward,
+    backward and optimizer step; data loading excluded), synchronising CUDA at both ends.
+
+    Logs running averages perf/samples_per_sec and perf/tokens_per_sec (real tokens: mask.sum()),
+    perf/peak_memory_mb, and model/params once at the start. The first `skip_batches` batches
+    are left out of the averages (allocator warm-up, kernel selection) when there are more.
+    """
+
+    def __init__(self, skip_batches: int = 1) -> None:
+        self.skip_batches = skip_batches
+        self.num_params = 0
+        self._start = 0.0
+        self._batches = 0
+        self._seconds = 0.0
+        self._samples = 0
+        self._tokens = 0
+        self._first: tuple[float, int, int] | None = None
+        self._device = torch.device("cpu")
+
+    def _sync(self, pl_module: LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._device = pl_module.device
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        self.num_params = sum(p.numel() for p in pl_module.parameters())
+        for logger in trainer.loggers:
+            logger.log_metrics({"model/params": float(self.num_params)}, step=trainer.global_step)
+
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._sync(pl_module)
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self._sync(pl_module)
+        seconds = time.perf_counter() - self._start
+        samples = int(batch["tokens"].shape[0])
+        tokens = int(batch["mask"].sum().item())
+        self._batches += 1
+        if self._batches <= self.skip_batches:
+            if self._first is None:
+                self._first = (seconds, samples, tokens)
+            return
+        self._seconds += seconds
+        self._samples += samples
+        self._tokens += tokens
+        for name, value in self.averages().items():
+            pl_module.log(name, value, on_step=True, on_epoch=False)
+
+    def averages(self) -> dict[str, float]:
+        """Running perf/samples_per_sec, perf/tokens_per_sec and perf/peak_memory_mb."""
+        seconds, samples, tokens = self._seconds, self._samples, self._tokens
+        if seconds == 0.0 and self._first is not None:
+            # Fewer batches than skip_batches + 1: the warm-up batch is all there is.
+            seconds, samples, tokens = self._first
+        return {
+            "perf/samples_per_sec": samples / seconds if seconds > 0 else 0.0,
+            "perf/tokens_per_sec": tokens / seconds if seconds > 0 else 0.0,
+            "perf/peak_memory_mb": peak_memory_mb(self._device),
+        }

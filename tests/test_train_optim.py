@@ -1,0 +1,125 @@
+"""Optimizer parameter groups, learning-rate schedules and the LightningModule's guards."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import pytest
+import torch
+from lightning.pytorch import Trainer
+from torch import nn
+
+from linarena.attention import SoftmaxAttention
+from linarena.models import TransformerClassifier
+from linarena.training import ClassificationModule, NonFiniteLossError
+from linarena.training.optim import (
+    OptimSettings,
+    build_optimizer,
+    build_scheduler,
+    lr_multiplier,
+    parameter_groups,
+)
+
+
+def tiny_model(positions: str = "learned") -> TransformerClassifier:
+    return TransformerClassifier(
+        vocab_size=10,
+        num_classes=3,
+        task="sequence",
+        attention=partial(SoftmaxAttention),
+        d_model=8,
+        num_heads=2,
+        num_layers=1,
+        mlp_dim=16,
+        max_length=12,
+        positions=positions,
+    )
+
+
+def test_weight_decay_applies_to_weight_matrices_only() -> None:
+    model = tiny_model()
+    decay, no_decay = parameter_groups(model, weight_decay=0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    decayed = {id(p) for p in decay["params"]}
+    names = {name: id(p) in decayed for name, p in model.named_parameters()}
+    assert names["blocks.0.attention.qkv.weight"] and names["head.fc1.weight"]
+    for name, is_decayed in names.items():
+        if name.endswith("bias") or "norm" in name or name.startswith("embedding."):
+            assert not is_decayed, name
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_warmup_is_linear_and_reaches_the_peak() -> None:
+    values = [lr_multiplier(step, "rsqrt", warmup_steps=4, total_steps=100) for step in range(4)]
+    assert values == [0.25, 0.5, 0.75, 1.0]
+
+
+def test_rsqrt_decays_as_inverse_square_root_after_warmup() -> None:
+    assert lr_multiplier(15, "rsqrt", warmup_steps=4, total_steps=100) == pytest.approx(0.5)
+    assert lr_multiplier(99, "rsqrt", warmup_steps=0, total_steps=100) == pytest.approx(0.1)
+
+
+def test_cosine_ends_at_zero_and_constant_stays() -> None:
+    assert lr_multiplier(9, "cosine", warmup_steps=0, total_steps=10) == pytest.approx(0.0, abs=1e-12)
+    middle = lr_multiplier(54, "cosine", warmup_steps=10, total_steps=100)
+    assert middle == pytest.approx(0.5 * (1 + math.cos(math.pi * 45 / 90)))
+    assert lr_multiplier(50, "constant", warmup_steps=10, total_steps=100) == 1.0
+
+
+def test_scheduler_steps_the_optimizer_lr() -> None:
+    settings = OptimSettings(lr=0.01, warmup_steps=2, schedule="constant")
+    optimizer = build_optimizer(tiny_model(), settings)
+    scheduler = build_scheduler(optimizer, settings, total_steps=10)
+    seen = []
+    for _ in range(3):
+        seen.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert seen == pytest.approx([0.005, 0.01, 0.01])
+    assert optimizer.defaults["betas"] == (0.9, 0.98)
+
+
+def test_bad_optim_settings_name_the_key() -> None:
+    with pytest.raises(ValueError, match=r"optim\.schedule"):
+        OptimSettings(schedule="linear")
+    with pytest.raises(ValueError, match=r"optim\.lr"):
+        OptimSettings(lr=0.0)
+
+
+def test_non_finite_gradients_stop_before_the_optimizer_step() -> None:
+    module = ClassificationModule(tiny_model(), OptimSettings(), 3, "sequence", "elu")
+    module.trainer = Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    for param in module.parameters():
+        param.grad = torch.zeros_like(param)
+    module.on_before_optimizer_step(None)  # finite: nothing happens
+    next(module.parameters()).grad[0] = float("inf")
+    with pytest.raises(NonFiniteLossError, match=r"gradients became non-finite at step 0"):
+        module.on_before_optimizer_step(None)
+
+
+class NaNModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.weight.expand(tokens.shape[0], 3) * float("nan")
+
+
+def test_non_finite_loss_names_the_step_and_the_attention() -> None:
+    module = ClassificationModule(NaNModel(), OptimSettings(), 3, "sequence", "performer")
+    module.trainer = Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    batch = {
+        "tokens": torch.ones(2, 4, dtype=torch.long),
+        "mask": torch.ones(2, 4, dtype=torch.bool),
+        "label": torch.zeros(2, dtype=torch.long),
+    }
+    with pytest.raises(NonFiniteLossError, match=r"nan at step 0 with attention=performer"):
+        module.training_step(batch, 0)

@@ -1,0 +1,88 @@
+"""Helpers for the training and config tests: compose configs as train.py would, run train.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch import Callback, LightningModule, Trainer
+from omegaconf import DictConfig, open_dict
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+TRAIN_PY = REPO / "train.py"
+
+
+def config_names(group: str) -> list[str]:
+    """Names of the configs of a group, e.g. "lra/text" for conf/experiment/lra/text.yaml."""
+    folder = CONF / group
+    return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
+
+
+def compose_with_hydra(overrides: list[str]) -> DictConfig:
+    """The composed config including its `hydra` node (launcher, sweeper, run dirs)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
+def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    """The job config train.py would see for these overrides. With output_dir, Hydra's runtime
+    config is installed too, so ${hydra:runtime.output_dir} (paths.output_dir) resolves."""
+    cfg = compose_with_hydra(overrides)
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(output_dir)
+            cfg.hydra.runtime.cwd = str(REPO)
+            cfg.hydra.job.num = 0
+        HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def train_env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
+    """Environment for a train.py subprocess: offline W&B in tmp, the repo's src importable."""
+    python_path = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    return {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path / "wandb_home"),
+        "WANDB_SILENT": "true",
+        "LINARENA_DATA_DIR": str(data_dir),
+        "LINARENA_ROOT": str(tmp_path),  # outputs/ under tmp_path, not in the repository
+        "PYTHONPATH": python_path,
+        "HYDRA_FULL_ERROR": "0",
+    }
+
+
+def run_train(
+    args: list[str], tmp_path: Path, data_dir: Path, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """python train.py *args, from tmp_path, capturing output."""
+    return subprocess.run(
+        [sys.executable, str(TRAIN_PY), *args],
+        cwd=tmp_path,
+        env=train_env(tmp_path, data_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class PoisonWeights(Callback):
+    """Writes NaN into the model's weights after training step `at_step` (simulates divergence)."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        if trainer.global_step == self.at_step:
+            with torch.no_grad():
+                pl_module.model.head.fc2.weight.fill_(float("nan"))

@@ -1,0 +1,27 @@
+"""Train a Transformer classifier: `python train.py attention=performer data=listops`.
+
+Configs live in conf/ (Hydra); the work is done by linarena.training.run.train.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+# paths.root_dir (and so the default data/ and outputs/ folders) is this repository.
+os.environ.setdefault("LINARENA_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    # Imported here so that --help and config-composition errors do not wait for torch to load.
+    from linarena.training.entry import run_job
+
+    return run_job(cfg)
+
+
+if __name__ == "__main__":
+    main()
