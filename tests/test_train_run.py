@@ -102,6 +102,7 @@ def test_resume_from_last_checkpoint_continues_the_steps_and_the_wandb_run(
     assert seen["config"]["model"]["d_model"] == 32
     for key, value in first["metrics"].items():
         assert seen["summary"][key] == pytest.approx(value), key
+    assert seen["summary"]["comparison"]["_type"] == "table-file"  # the workspace's table panel
 
     steps_run = []
     original_step = ClassificationModule.training_step

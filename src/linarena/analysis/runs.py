@@ -105,7 +105,7 @@ def load_local_runs(dirs: Iterable[str | Path], filters: Mapping[str, Any]) -> l
     if not paths:
         raise FileNotFoundError(
             f"no summary.json under {[str(d) for d in dirs]}; every training run writes one in "
-            "its Hydra output folder (outputs/<date>/<time>/ or multirun/<date>/<time>/<job>/)")
+            "its Hydra output folder (outputs/runs/<date>_<time>_<data>_<attention>/ or outputs/multiruns/<date>_<time>/<job>/)")
     records = []
     for path in paths:
         try:

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from linarena.data.base import LRADataModule
 from linarena.data.batching import pack_rows
 from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.pathfinder_generator import generate_pathfinder
 from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_hint, lra_release_path
 from linarena.data.text import BYTE_VOCAB_SIZE
 
@@ -180,20 +181,6 @@ class PathfinderDataModule(LRADataModule):
         official = self.official_dir if self.uses_official() else None
         if official is not None:
             return official
-        try:
-            from linarena.data.pathfinder_generator import generate_pathfinder
-        except ImportError as error:
-            raise missing_data_error(
-                self.name,
-                [
-                    f"lra_release/{self.relative_dir}/metadata/<k>.npy",
-                    f"lra_release/{self.relative_dir}/imgs/<k>/sample_<i>.png",
-                ],
-                self.data_dir,
-                [LRA_RELEASE_URL],
-                hint=lra_release_hint(self.data_dir),
-                reason=f"the Pathfinder generator is unavailable: {error}",
-            ) from error
         generate_pathfinder(
             self.generated_root,
             self.resolution,

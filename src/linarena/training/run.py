@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from linarena.training.build import Components, build_components
 from linarena.training.summary import SUMMARY_FILE, summary_metrics, write_summary
-from linarena.training.wandb_run import location_message, run_info
+from linarena.training.wandb_run import location_message, log_comparison_row, run_info
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ def train(cfg: DictConfig) -> float:
             if parts.wandb_logger is not None and wandb.run is not None:
                 known = {k: v for k, v in summary["metrics"].items() if v is not None}
                 wandb.run.summary.update(known)
+                log_comparison_row(wandb.run, summary)
             write_summary(output_dir, summary)
         exit_code = 0
     finally:

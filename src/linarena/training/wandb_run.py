@@ -102,6 +102,19 @@ def define_metrics(run: Any) -> None:
         run.define_metric(metric, step_metric=STEP_METRIC, summary=summary)
 
 
+COMPARISON_KEY = "comparison"
+COMPARISON_COLUMNS = ("task", "attention", "seed", "test/acc", "val/acc_best",
+                      "perf/tokens_per_sec", "perf/peak_memory_mb", "model/params")
+
+
+def log_comparison_row(run: Any, summary: dict[str, Any]) -> None:
+    """Log this run's one-row table under "comparison". A table panel on that key in a W&B
+    workspace merges the rows of every run shown: task x attention x seed side by side."""
+    row = [summary["task"], summary["attention"], summary["seed"]]
+    row += [summary["metrics"].get(key) for key in COMPARISON_COLUMNS[3:]]
+    run.log({COMPARISON_KEY: wandb.Table(columns=list(COMPARISON_COLUMNS), data=[row])})
+
+
 def run_info(run: Any) -> dict[str, Any]:
     """id, local folder, url and mode of a live wandb run (for summary.json)."""
     mode = run.settings.mode

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Reproduce every measured number in the README's Results section, on this machine:
+#   bash scripts/reproduce_results.sh            (about an hour on 2 CPU cores)
+# Writes everything under results/ (git-ignored); the README quotes the printed tables.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p results
+
+echo "== attention alone, bidirectional and causal"
+python scripts/benchmark_attention.py --out results/benchmark_attention.csv
+python scripts/benchmark_attention.py --causal --lengths 1024 4096 16384 \
+    --out results/benchmark_attention_causal.csv
+
+echo "== full training step of the LRA text model"
+python scripts/benchmark_model.py --out results/benchmark_model
+
+echo "== small-budget ListOps: 4 attentions x 3 seeds (listops_small, 300 steps)"
+python train.py -m attention=softmax,elu,performer,cosformer seed=1,2,3 \
+    trainer.max_steps=300 tags=[readme] hydra.sweep.dir=results/sweeps/listops
+
+echo "== small-budget MQAR: 4 attentions x 3 seeds (experiment=mqar_cpu)"
+python train.py -m experiment=mqar_cpu attention=softmax,elu,performer,cosformer seed=1,2,3 \
+    tags=[readme] hydra.sweep.dir=results/sweeps/mqar
+
+echo "== comparison table and plots"
+python scripts/compare.py --runs results/sweeps --published --out results/compare
