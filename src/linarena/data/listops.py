@@ -13,7 +13,7 @@ from linarena.data.batching import pack_sequences
 from linarena.data.cache import config_hash
 from linarena.data.errors import DataFormatError, missing_data_error
 from linarena.data.listops_generator import write_listops_files
-from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_hint, lra_release_path
+from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_path, reads_official
 
 # Token ids: 0 is padding; the 15 symbols follow. `(` and `)` are dropped, as in the LRA pipeline.
 SYMBOLS = ("[MIN", "[MAX", "[MED", "[SM", "]", *map(str, range(10)))
@@ -129,16 +129,8 @@ class ListOpsDataModule(LRADataModule):
 
     def uses_official(self) -> bool:
         """Whether the release files are read (else the generated copy)."""
-        if self.source == "official" and self.official_dir is None:
-            raise missing_data_error(
-                "listops",
-                [f"lra_release/listops-1000/basic_{split}.tsv" for split in SPLITS],
-                self.data_dir,
-                [LRA_RELEASE_URL],
-                hint=lra_release_hint(self.data_dir),
-                reason="data.source=official; use data.source=auto to generate the data instead",
-            )
-        return self.source != "generated" and self.official_dir is not None
+        expected = [f"lra_release/listops-1000/basic_{split}.tsv" for split in SPLITS]
+        return reads_official(self.source, self.official_dir, "listops", expected, self.data_dir)
 
     @property
     def generated_dir(self) -> Path:

@@ -13,9 +13,9 @@ from tqdm.auto import tqdm
 
 from linarena.data.base import LRADataModule
 from linarena.data.batching import pack_rows
-from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.errors import DataFormatError
 from linarena.data.pathfinder_generator import generate_pathfinder
-from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_hint, lra_release_path
+from linarena.data.sources import check_source, lra_release_path, reads_official
 from linarena.data.text import BYTE_VOCAB_SIZE
 
 log = logging.getLogger(__name__)
@@ -147,19 +147,11 @@ class PathfinderDataModule(LRADataModule):
         return folder if folder is not None and (folder / "metadata").is_dir() else None
 
     def uses_official(self) -> bool:
-        if self.source == "official" and self.official_dir is None:
-            raise missing_data_error(
-                self.name,
-                [
-                    f"lra_release/{self.relative_dir}/metadata/<k>.npy",
-                    f"lra_release/{self.relative_dir}/imgs/<k>/sample_<i>.png",
-                ],
-                self.data_dir,
-                [LRA_RELEASE_URL],
-                hint=lra_release_hint(self.data_dir),
-                reason="data.source=official; use data.source=auto to generate the data instead",
-            )
-        return self.source != "generated" and self.official_dir is not None
+        expected = [
+            f"lra_release/{self.relative_dir}/metadata/<k>.npy",
+            f"lra_release/{self.relative_dir}/imgs/<k>/sample_<i>.png",
+        ]
+        return reads_official(self.source, self.official_dir, self.name, expected, self.data_dir)
 
     @property
     def generated_root(self) -> Path:

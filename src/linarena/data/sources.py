@@ -9,6 +9,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from linarena.data.errors import missing_data_error
+
 log = logging.getLogger(__name__)
 
 LRA_RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
@@ -65,3 +67,22 @@ def download(url: str, destination: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -
         os.replace(tmp, destination)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def reads_official(
+    source: str, official_dir: Path | None, task: str, expected: list[str], data_dir: Path
+) -> bool:
+    """Whether a generable task reads the LRA release (else its generated copy).
+
+    source "official" with no release files is an error listing the `expected` files.
+    """
+    if source == "official" and official_dir is None:
+        raise missing_data_error(
+            task,
+            expected,
+            data_dir,
+            [LRA_RELEASE_URL],
+            hint=lra_release_hint(data_dir),
+            reason="data.source=official; use data.source=auto to generate the data instead",
+        )
+    return source != "generated" and official_dir is not None

@@ -104,27 +104,19 @@ class TextDataModule(LRADataModule):
             return folder
         if archive.is_file():
             return archive
-        expected = [IMDB_ARCHIVE, f"{IMDB_FOLDER}/{{train,test}}/{{pos,neg}}/*.txt"]
-        if not self.download:
-            raise missing_data_error(
-                "text",
-                expected,
-                self.data_dir,
-                [IMDB_URL],
-                one_of=True,
-                reason="data.download=false, so no download was tried",
+
+        def missing(reason: str) -> Exception:
+            expected = [IMDB_ARCHIVE, f"{IMDB_FOLDER}/{{train,test}}/{{pos,neg}}/*.txt"]
+            return missing_data_error(
+                "text", expected, self.data_dir, [IMDB_URL], one_of=True, reason=reason
             )
+
+        if not self.download:
+            raise missing("data.download=false, so no download was tried")
         try:
             download(IMDB_URL, archive)
         except OSError as error:
-            raise missing_data_error(
-                "text",
-                expected,
-                self.data_dir,
-                [IMDB_URL],
-                one_of=True,
-                reason=f"automatic download failed: {error}",
-            ) from error
+            raise missing(f"automatic download failed: {error}") from error
         return archive
 
     def build(self) -> dict[str, torch.Tensor]:
