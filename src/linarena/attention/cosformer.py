@@ -44,9 +44,10 @@ class CosformerAttention(LinearAttention):
         self.max_length = max_length
 
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool
+        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        out: Tensor | None = None,
     ) -> FeatureOutput:
-        return cosformer_features(x, positions, scale_length)
+        return cosformer_features(x, positions, scale_length, out)
 
     def scale_length(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor:
         if self.causal:

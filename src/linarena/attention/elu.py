@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from linarena.attention.feature_maps import FeatureOutput, elu_features
+from linarena.attention.feature_maps import FeatureOutput, elu_features, elu_features_vjp
 from linarena.attention.linear import LinearAttention
+from linarena.attention.linear_kernels import FeatureVjp
 
 
 class EluAttention(LinearAttention):
     """Linear attention with phi(x) = elu(x) + 1 applied to the raw q and k."""
 
+
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool
+        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        out: Tensor | None = None,
     ) -> FeatureOutput:
-        return elu_features(x)
+        return elu_features(x, out)
+
+    def feature_map_vjp(self) -> FeatureVjp:
+        return elu_features_vjp

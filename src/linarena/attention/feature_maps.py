@@ -19,12 +19,33 @@ from torch import Tensor
 FeatureOutput = tuple[Tensor, Tensor | None]
 
 
-def elu_features(x: Tensor) -> FeatureOutput:
-    """Katharopoulos et al. (2020): phi(x) = elu(x) + 1 on the raw (unscaled) vector."""
-    return F.elu(x).add_(1.0), None  # in place: elu saves its input, not its output
+def _batched(matrix: Tensor, like: Tensor) -> Tensor:
+    """matrix (r, c) expanded to (batch, heads, r, c) like `like`: matmul then writes straight
+    into a (possibly strided) `out=` chunk instead of flattening it and failing or copying."""
+    return matrix.expand(*like.shape[:2], *matrix.shape)
 
 
-def performer_softmax_features(x: Tensor, projection: Tensor, is_query: bool) -> FeatureOutput:
+def elu_features(x: Tensor, out: Tensor | None = None) -> FeatureOutput:
+    """Katharopoulos et al. (2020): phi(x) = elu(x) + 1 on the raw (unscaled) vector.
+
+    out: a buffer shaped like x to compute phi in (no autograd graph then), or None.
+    """
+    phi = F.elu(x) if out is None else F.elu_(out.copy_(x))
+    return phi.add_(1.0), None  # in place: elu saves its input, not its output
+
+
+def elu_features_vjp(
+    x: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None, out: Tensor
+) -> None:
+    """Backward of elu_features from its output alone: d phi / d x is 1 where x > 0 (phi > 1)
+    and exp(x) = phi where x <= 0, i.e. min(phi, 1). Writes grad_phi * min(phi, 1) into `out`
+    (overwriting phi): one pass, no autograd graph, no copy."""
+    torch.mul(grad_phi, phi.clamp_(max=1.0), out=out)
+
+
+def performer_softmax_features(
+    x: Tensor, projection: Tensor, is_query: bool, out: Tensor | None = None
+) -> FeatureOutput:
     """FAVOR+ positive random features (Choromanski et al. 2021).
 
     phi(x) = exp(W x' - |x'|^2 / 2) with x' = x d^(-1/4), so that E[phi(q) . phi(k)] =
@@ -38,14 +59,31 @@ def performer_softmax_features(x: Tensor, projection: Tensor, is_query: bool) ->
         x: (batch, heads, n, d).
         projection: (m, d), rows omega_i.
         is_query: queries return no log_scale.
+        out: (batch, heads, n, m) buffer to write phi into, or None to allocate it.
     """
     scale = x.shape[-1] ** -0.25
-    logits = x @ (projection * scale).t()  # (batch, heads, n, m)
+    logits = torch.matmul(x, _batched(projection.t() * scale, x), out=out)  # (batch, heads, n, m)
     row_max = logits.amax(dim=-1, keepdim=True).detach()
     phi = logits.sub_(row_max).exp_()  # in place: two passes over the largest tensor, not four
     if is_query:
         return phi, None
     return phi, row_max.squeeze(-1) - 0.5 * scale**2 * (x * x).sum(dim=-1)
+
+
+def performer_softmax_features_vjp(
+    x: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None, out: Tensor,
+    projection: Tensor,
+) -> None:
+    """Backward of performer_softmax_features, written into `out` (overwriting grad_phi).
+
+    phi = exp(x W'^T - c) with W' = projection * d^(-1/4), so d loss / d x = (grad_phi * phi) W';
+    a key's log_scale c - d^(-1/2) |x|^2 / 2 adds -d^(-1/2) x grad_log_scale. The row maximum
+    c is a stabiliser taken as a constant in both, as in the forward pass.
+    """
+    scale = x.shape[-1] ** -0.25
+    torch.matmul(grad_phi.mul_(phi), _batched(projection.to(x.dtype) * scale, x), out=out)
+    if grad_log_scale is not None:
+        out.addcmul_(x, grad_log_scale[..., None], value=-(scale**2))
 
 
 def performer_relu_features(x: Tensor, projection: Tensor, epsilon: float = 1e-3) -> FeatureOutput:
@@ -54,7 +92,9 @@ def performer_relu_features(x: Tensor, projection: Tensor, epsilon: float = 1e-3
     return F.relu(logits) + epsilon, None
 
 
-def cosformer_features(x: Tensor, positions: Tensor, scale_length: Tensor) -> FeatureOutput:
+def cosformer_features(
+    x: Tensor, positions: Tensor, scale_length: Tensor, out: Tensor | None = None
+) -> FeatureOutput:
     """cosFormer (Qin et al. 2022): relu features reweighted by cos(pi/2 * (i - j) / M).
 
     cos(a - b) = cos a cos b + sin a sin b, so the weight factorises into 2 * head_dim features
@@ -65,11 +105,17 @@ def cosformer_features(x: Tensor, positions: Tensor, scale_length: Tensor) -> Fe
         positions: (n,) absolute token positions.
         scale_length: (batch,) M for each sequence; M must exceed every position for the
             weight to stay positive.
+        out: (batch, heads, n, 2 d) buffer to write phi into, or None to allocate it.
     """
     theta = (math.pi / 2) * positions.to(x.dtype)[None, :] / scale_length.to(x.dtype)[:, None]
     theta = theta[:, None, :, None]  # (batch, 1, n, 1)
     relu_x = F.relu(x)
-    return torch.cat([relu_x * torch.cos(theta), relu_x * torch.sin(theta)], dim=-1), None
+    if out is None:
+        return torch.cat([relu_x * torch.cos(theta), relu_x * torch.sin(theta)], dim=-1), None
+    d = x.shape[-1]
+    torch.mul(relu_x, torch.cos(theta), out=out[..., :d])
+    torch.mul(relu_x, torch.sin(theta), out=out[..., d:])
+    return out, None
 
 
 def orthogonal_gaussian_projection(

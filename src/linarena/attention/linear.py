@@ -1,16 +1,18 @@
 """LinearAttention: one module for every kernelised variant. A variant is a subclass that
-supplies its feature map (see feature_maps.py); the algorithm (bidirectional, chunked causal,
-recurrent step) lives once in linear_kernels.py."""
+supplies its feature map (see feature_maps.py), and optionally its analytic backward; the
+algorithm lives once: bidirectional in bidirectional_kernel.py, chunked causal and the
+recurrent step in linear_kernels.py."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
+from linarena.attention.bidirectional_kernel import bidirectional_linear_attention
 from linarena.attention.feature_maps import FeatureOutput
 from linarena.attention.linear_kernels import (
+    FeatureVjp,
     LinearAttentionState,
-    bidirectional_linear_attention,
     causal_linear_attention,
     recurrent_step,
 )
@@ -47,10 +49,20 @@ class LinearAttention(nn.Module):
         self.chunk_size = chunk_size
 
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool
+        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        out: Tensor | None = None,
     ) -> FeatureOutput:
-        """phi of x (batch, heads, n, head_dim) at absolute `positions` (n,). See feature_maps."""
+        """phi of x (batch, heads, n, head_dim) at absolute `positions` (n,). See feature_maps.
+
+        `out` (batch, heads, n, num_features), when given, is a buffer the map may write phi into
+        (and return) instead of allocating: the kernels reuse one buffer for every chunk.
+        """
         raise NotImplementedError
+
+    def feature_map_vjp(self) -> FeatureVjp | None:
+        """The analytic backward of feature_map (see linear_kernels.FeatureVjp), or None to
+        differentiate a recomputation of it with autograd. Optional: a speed-up only."""
+        return None
 
     def scale_length(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor | None:
         """Per-sequence length the feature map needs (cosFormer's M), shape (batch,), or None."""
@@ -71,15 +83,20 @@ class LinearAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             scale = self.scale_length(mask, batch, length, q.device)
 
-            def features(x: Tensor, positions: Tensor, is_query: bool) -> FeatureOutput:
-                return self.feature_map(x, positions, scale, is_query)
+            def features(
+                x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None = None
+            ) -> FeatureOutput:
+                return self.feature_map(x, positions, scale, is_query, out)
 
-            kernel = causal_linear_attention if self.causal else bidirectional_linear_attention
-            chunk = self.chunk_size if self.causal else BIDIRECTIONAL_CHUNK
-            out = kernel(
-                q.to(dtype), k.to(dtype), v.to(dtype), mask, features, self.eps, chunk
-            )
-        return out.to(v.dtype)
+            out_dtype = v.dtype
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+            if self.causal:
+                out = causal_linear_attention(q, k, v, mask, features, self.eps, self.chunk_size)
+            else:
+                out = bidirectional_linear_attention(
+                    q, k, v, mask, features, self.eps, BIDIRECTIONAL_CHUNK, self.feature_map_vjp()
+                )
+        return out.to(out_dtype)
 
     def step(
         self, q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState | None = None
@@ -108,8 +125,10 @@ class LinearAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             scale = self.scale_length(None, q.shape[0], position + 1, q.device)
 
-            def features(x: Tensor, positions: Tensor, is_query: bool) -> FeatureOutput:
-                return self.feature_map(x, positions, scale, is_query)
+            def features(
+                x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None = None
+            ) -> FeatureOutput:
+                return self.feature_map(x, positions, scale, is_query, out)
 
             out, state = recurrent_step(
                 q.to(dtype), k.to(dtype), v.to(dtype), state, features, self.eps

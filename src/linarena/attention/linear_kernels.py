@@ -1,4 +1,6 @@
-"""The shared linear-attention algorithm, for any feature map phi.
+"""The shared linear-attention algorithm, for any feature map phi: notation, key weights,
+the chunked causal form and the recurrent step (the bidirectional form is in
+bidirectional_kernel.py).
 
 out_i = phi(q_i) S / (phi(q_i) . z + eps),  S = sum_j w_j phi(k_j) v_j^T,  z = sum_j w_j phi(k_j),
 with j over all keys (bidirectional) or keys j <= i (causal). The key weight w_j is 0 for a
@@ -19,7 +21,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-FeatureFn = Callable[[Tensor, Tensor, bool], tuple[Tensor, Tensor | None]]
+# (x, positions, is_query, out=None) -> (phi, log_scale): see LinearAttention.feature_map.
+FeatureFn = Callable[..., tuple[Tensor, Tensor | None]]
+# Optional analytic backward of a feature map, (x, phi, grad_phi, grad_log_scale, out): writes
+# d loss / d x into `out` and may overwrite phi and grad_phi; grad_log_scale is None for
+# queries and for maps without log-scale. Without one, the bidirectional kernel
+# differentiates through a recomputation of the map with autograd.
+FeatureVjp = Callable[[Tensor, Tensor, Tensor, Tensor | None, Tensor], None]
 
 
 def _lowest(dtype: torch.dtype) -> float:
@@ -27,14 +35,14 @@ def _lowest(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).min
 
 
-def _masked_log_scale(log_scale: Tensor, mask: Tensor | None) -> Tensor:
+def masked_log_scale(log_scale: Tensor, mask: Tensor | None) -> Tensor:
     """Padded keys get the lowest log-scale: weight 0, and they never win a maximum."""
     if mask is None:
         return log_scale
     return log_scale.masked_fill(~mask[:, None, :], _lowest(log_scale.dtype))
 
 
-def _plain_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+def plain_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """Key weights (batch, 1, n) of a map without log-scale: the padding mask, or None."""
     return None if mask is None else mask[:, None, :].to(dtype)
 
@@ -48,110 +56,6 @@ def _weight_sum(phi: Tensor, weights: Tensor | None) -> Tensor:
     if weights is None:
         return phi.sum(dim=-2)
     return (weights.unsqueeze(-2).expand(*phi.shape[:2], 1, -1) @ phi).squeeze(-2)
-
-
-class _BidirectionalLinearAttention(torch.autograd.Function):
-    """Bidirectional linear attention in chunks of the sequence, with a backward pass that
-    recomputes the features chunk by chunk instead of storing them.
-
-    Chunking keeps each elementwise pass in cache and its buffers small; not storing phi(q) and
-    phi(k) saves two (batch, heads, length, num_features) tensors per layer.
-    """
-
-    @staticmethod
-    def forward(ctx, q, k, v, mask, features, eps, chunk_size):
-        bounds = [(s, min(s + chunk_size, q.shape[2])) for s in range(0, q.shape[2], chunk_size)]
-        positions = torch.arange(q.shape[2], device=q.device)
-        kv, z, top = 0.0, 0.0, None
-        for s, e in bounds:
-            mask_c = None if mask is None else mask[:, s:e]
-            phi_k, log_scale = features(k[:, :, s:e], positions[s:e], False)
-            if log_scale is None:
-                weights = _plain_weights(mask_c, phi_k.dtype)
-            else:
-                # Online maximum, as in flash attention: rescale what was summed so far.
-                log_scale = _masked_log_scale(log_scale, mask_c)
-                new_top = log_scale.amax(dim=-1)
-                if top is not None:
-                    new_top = torch.maximum(top, new_top)
-                    decay = torch.exp(top - new_top)
-                    kv, z = kv * decay[..., None, None], z * decay[..., None]
-                top = new_top
-                weights = torch.exp(log_scale - top[..., None])
-            kv = kv + phi_k.transpose(-1, -2) @ _weighted(v[:, :, s:e], weights)
-            z = z + _weight_sum(phi_k, weights)
-
-        out = torch.empty_like(v)
-        for s, e in bounds:
-            phi_q, _ = features(q[:, :, s:e], positions[s:e], True)
-            den = (phi_q @ z.unsqueeze(-1)).add_(eps)
-            torch.matmul(phi_q, kv, out=out[:, :, s:e]).div_(den)  # out=: no copy of the chunk
-
-        ctx.save_for_backward(q, k, v, mask, kv, z, top, out)
-        ctx.features, ctx.eps, ctx.bounds = features, eps, bounds
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, mask, kv, z, top, out = ctx.saved_tensors
-        features, eps, bounds = ctx.features, ctx.eps, ctx.bounds
-        positions = torch.arange(q.shape[2], device=q.device)
-        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        grad_kv, grad_z = torch.zeros_like(kv), torch.zeros_like(z)
-
-        for s, e in bounds:
-            q_c = q[:, :, s:e].detach().requires_grad_(True)
-            with torch.enable_grad():
-                phi_q, _ = features(q_c, positions[s:e], True)
-            phi_q_ = phi_q.detach()
-            den = (phi_q_ @ z.unsqueeze(-1)).add_(eps)  # (b, h, c, 1)
-            g = grad_out[:, :, s:e] / den
-            g_den = -(g * out[:, :, s:e]).sum(dim=-1, keepdim=True)  # d loss / d den
-            grad_phi_q = (g @ kv.transpose(-1, -2)).addcmul_(g_den, z.unsqueeze(-2))
-            (grad_q[:, :, s:e],) = torch.autograd.grad(phi_q, q_c, grad_phi_q)
-            grad_kv += phi_q_.transpose(-1, -2) @ g
-            grad_z += (phi_q_.transpose(-1, -2) @ g_den).squeeze(-1)
-
-        for s, e in bounds:
-            mask_c = None if mask is None else mask[:, s:e]
-            k_c = k[:, :, s:e].detach().requires_grad_(True)
-            with torch.enable_grad():
-                phi_k, log_scale = features(k_c, positions[s:e], False)
-                if log_scale is None:
-                    weights = _plain_weights(mask_c, phi_k.dtype)
-                else:
-                    weights = torch.exp(_masked_log_scale(log_scale, mask_c) - top[..., None])
-            phi_k_ = phi_k.detach()
-            weights_ = None if weights is None else weights.detach()
-            v_c = v[:, :, s:e]
-            grad_phi_k = _weighted(v_c, weights_) @ grad_kv.transpose(-1, -2)
-            if weights_ is None:
-                grad_phi_k += grad_z.unsqueeze(-2)
-            else:
-                grad_phi_k.addcmul_(weights_.unsqueeze(-1), grad_z.unsqueeze(-2))
-            grad_vw = torch.matmul(phi_k_, grad_kv, out=grad_v[:, :, s:e])  # d loss / d (w_j v_j)
-            if log_scale is not None:
-                grad_weights = (grad_vw * v_c).sum(dim=-1) + (phi_k_ @ grad_z.unsqueeze(-1))[..., 0]
-            if weights_ is not None:
-                grad_vw.mul_(weights_.unsqueeze(-1))  # now d loss / d v_j, in place in grad_v
-            if log_scale is None:
-                (grad_k[:, :, s:e],) = torch.autograd.grad(phi_k, k_c, grad_phi_k)
-            else:
-                (grad_k[:, :, s:e],) = torch.autograd.grad(
-                    (phi_k, weights), k_c, (grad_phi_k, grad_weights)
-                )
-        return grad_q, grad_k, grad_v, None, None, None, None
-
-
-def bidirectional_linear_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, features: FeatureFn,
-    eps: float, chunk_size: int,
-) -> Tensor:
-    """q, k: (batch, heads, n, d); v: (batch, heads, n, d_v); mask: bool (batch, n) or None.
-
-    Returns (batch, heads, n, d_v).
-    """
-    return _BidirectionalLinearAttention.apply(q, k, v, mask, features, eps, chunk_size)
 
 
 def causal_linear_attention(
@@ -186,7 +90,7 @@ def causal_linear_attention(
             past = 1.0
         else:
             # Running maximum over keys <= i: the stabiliser of query i sees no later key.
-            log_scale = _masked_log_scale(log_scale, mask_c)
+            log_scale = masked_log_scale(log_scale, mask_c)
             running = torch.cummax(log_scale.detach(), dim=-1).values
             running = torch.maximum(running, state.top[..., None])
             gap = (log_scale[..., None, :] - running[..., :, None]).masked_fill(~tril, -torch.inf)
@@ -228,9 +132,9 @@ class LinearAttentionState:
         """Add keys phi_k (batch, heads, c, m), values v (batch, heads, c, d_v), mask (batch, c)."""
         kv, z, top = self.kv, self.z, self.top
         if log_scale is None:
-            weights = _plain_weights(mask, phi_k.dtype)
+            weights = plain_weights(mask, phi_k.dtype)
         else:
-            log_scale = _masked_log_scale(log_scale, mask)
+            log_scale = masked_log_scale(log_scale, mask)
             new_top = torch.maximum(top, log_scale.detach().amax(dim=-1))
             decay = torch.exp(top - new_top)
             kv, z, top = kv * decay[..., None, None], z * decay[..., None], new_top

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -13,8 +14,10 @@ from linarena.attention.feature_maps import (
     orthogonal_gaussian_projection,
     performer_relu_features,
     performer_softmax_features,
+    performer_softmax_features_vjp,
 )
 from linarena.attention.linear import LinearAttention
+from linarena.attention.linear_kernels import FeatureVjp
 
 KERNELS = ("softmax", "relu")
 
@@ -85,13 +88,18 @@ class PerformerAttention(LinearAttention):
         return super().forward(q, k, v, mask)
 
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool
+        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        out: Tensor | None = None,
     ) -> FeatureOutput:
-        # A copy, so a redraw between this forward and its backward cannot change the gradient.
         projection = self.projection.to(x.dtype)
         if self.kernel == "relu":
             return performer_relu_features(x, projection)
-        return performer_softmax_features(x, projection, is_query)
+        return performer_softmax_features(x, projection, is_query, out)
+
+    def feature_map_vjp(self) -> FeatureVjp | None:
+        if self.kernel == "relu":
+            return None
+        return functools.partial(performer_softmax_features_vjp, projection=self.projection)
 
     # The schedule counters are plain ints (no GPU sync to read them) saved in checkpoints.
     def get_extra_state(self) -> dict[str, Any]:

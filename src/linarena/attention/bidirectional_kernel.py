@@ -1,0 +1,187 @@
+"""Bidirectional linear attention, chunked, with a backward pass that recomputes the features.
+
+The keys are summarised in one augmented state S~ = sum_j phi(k_j) [w_j v_j, w_j]^T of shape
+(m, d_v + 1): its first d_v columns are S and its last column is the normaliser z (the usual
+"append a column of ones to v"). One matmul phi(q) S~ then gives numerator and denominator
+together, and the backward pass needs one matmul per gradient instead of a matmul plus a
+matrix-vector product. See linear_kernels.py for the notation (key weights w_j, log-scales).
+
+Chunking keeps each elementwise pass in cache and its buffers small; not storing phi(q) and
+phi(k) saves two (batch, heads, length, num_features) tensors per layer.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from linarena.attention.linear_kernels import (
+    FeatureFn,
+    FeatureVjp,
+    masked_log_scale,
+    plain_weights,
+)
+
+
+def _augmented_values(buffer: Tensor, v: Tensor, weights: Tensor | None) -> Tensor:
+    """[w_j v_j, w_j] for the c keys of a chunk, written into buffer[:, :, :c].
+
+    buffer: (batch, heads, >= c, d_v + 1); v: (batch, heads, c, d_v); weights: (batch, heads
+    or 1, c) or None (all 1). Returns the view (batch, heads, c, d_v + 1).
+    """
+    values = buffer[:, :, : v.shape[2]]
+    if weights is None:
+        values[..., :-1].copy_(v)
+        values[..., -1].fill_(1.0)
+    else:
+        torch.mul(v, weights[..., None], out=values[..., :-1])
+        values[..., -1].copy_(weights)
+    return values
+
+
+def _rows(buffer: Tensor | None, count: int) -> Tensor | None:
+    """The first `count` rows (dim 2) of a per-chunk buffer, or None."""
+    return None if buffer is None else buffer[:, :, :count]
+
+
+def _recompute(
+    features: FeatureFn, x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Features of a chunk in the backward pass: (x as a leaf, phi, log_scale). With `out` (a
+    buffer, used when the map has an analytic vjp) there is no autograd graph; without it,
+    phi has a graph back to the leaf."""
+    track = out is None
+    x = x.detach().requires_grad_(track)
+    with torch.set_grad_enabled(track):
+        phi, log_scale = features(x, positions, is_query, out)
+    return x, phi, log_scale
+
+
+def _features_backward(
+    vjp: FeatureVjp | None, x: Tensor, phi: Tensor, log_scale: Tensor | None,
+    grad_phi: Tensor, grad_log_scale: Tensor | None, out: Tensor,
+) -> None:
+    """Write d loss / d x into `out`, analytically or through the recomputed graph."""
+    if vjp is not None:
+        vjp(x.detach(), phi, grad_phi, grad_log_scale, out)
+        return
+    if grad_log_scale is None:
+        (grad,) = torch.autograd.grad(phi, x, grad_phi)
+    else:
+        (grad,) = torch.autograd.grad((phi, log_scale), x, (grad_phi, grad_log_scale))
+    out.copy_(grad)
+
+
+class BidirectionalLinearAttention(torch.autograd.Function):
+    """See bidirectional_linear_attention."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, features, vjp, eps, chunk_size):
+        batch, heads, length, d_v = v.shape
+        bounds = [(s, min(s + chunk_size, length)) for s in range(0, length, chunk_size)]
+        positions = torch.arange(length, device=q.device)
+        buffer = v.new_empty(batch, heads, min(chunk_size, length), d_v + 1)
+        # Per-chunk buffers are reused, not reallocated: a fresh multi-MB tensor per chunk costs
+        # page faults when the allocator hands memory back to the OS between chunks.
+        phi_buffer = None  # the first chunk's phi, once known (m is the map's business)
+        state, top = None, None  # state: (b, h, m, d_v + 1) = [S | z]
+        for s, e in bounds:
+            mask_c = None if mask is None else mask[:, s:e]
+            phi_k, log_scale = features(
+                k[:, :, s:e], positions[s:e], False, _rows(phi_buffer, e - s)
+            )
+            phi_buffer = phi_k if phi_buffer is None else phi_buffer
+            if log_scale is None:
+                weights = plain_weights(mask_c, phi_k.dtype)
+            else:
+                # Online maximum, as in flash attention: rescale what was summed so far.
+                log_scale = masked_log_scale(log_scale, mask_c)
+                new_top = log_scale.amax(dim=-1)
+                if top is not None:
+                    new_top = torch.maximum(top, new_top)
+                    state.mul_(torch.exp(top - new_top)[..., None, None])
+                top = new_top
+                weights = torch.exp(log_scale - top[..., None])
+            update = phi_k.transpose(-1, -2) @ _augmented_values(buffer, v[:, :, s:e], weights)
+            state = update if state is None else state.add_(update)
+
+        out, den = torch.empty_like(v), v.new_empty(batch, heads, length)
+        for s, e in bounds:
+            phi_q, _ = features(q[:, :, s:e], positions[s:e], True, _rows(phi_buffer, e - s))
+            num_den = phi_q @ state  # (b, h, c, d_v + 1): numerators, then the normaliser
+            torch.add(num_den[..., -1], eps, out=den[:, :, s:e])
+            torch.div(num_den[..., :-1], den[:, :, s:e, None], out=out[:, :, s:e])
+
+        ctx.save_for_backward(q, k, v, mask, state, top, den, out)
+        ctx.features, ctx.vjp, ctx.bounds = features, vjp, bounds
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, mask, state, top, den, out = ctx.saved_tensors
+        features, vjp, bounds = ctx.features, ctx.vjp, ctx.bounds
+        positions = torch.arange(q.shape[2], device=q.device)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        grad_state = torch.zeros_like(state)
+        batch, heads, chunk, _ = q[:, :, : bounds[0][1]].shape
+        buffer = v.new_empty(batch, heads, chunk, v.shape[-1] + 1)
+        grad_phi_buffer = q.new_empty(batch, heads, chunk, state.shape[-2])
+        # Without a vjp, phi must come with a graph: a fresh tensor, not a buffer.
+        phi_buffer = None if vjp is None else torch.empty_like(grad_phi_buffer)
+
+        for s, e in bounds:
+            x, phi_q, _ = _recompute(
+                features, q[:, :, s:e], positions[s:e], True, _rows(phi_buffer, e - s)
+            )
+            # d loss / d [numerators, normaliser] of the chunk's queries.
+            grad_num_den = buffer[:, :, : e - s]
+            g = torch.div(grad_out[:, :, s:e], den[:, :, s:e, None], out=grad_num_den[..., :-1])
+            torch.sum(g * out[:, :, s:e], dim=-1, out=grad_num_den[..., -1]).neg_()
+            grad_phi_q = torch.matmul(
+                grad_num_den, state.transpose(-1, -2), out=_rows(grad_phi_buffer, e - s)
+            )
+            grad_state += phi_q.detach().transpose(-1, -2) @ grad_num_den
+            _features_backward(vjp, x, phi_q, None, grad_phi_q, None, grad_q[:, :, s:e])
+
+        for s, e in bounds:
+            mask_c = None if mask is None else mask[:, s:e]
+            x, phi_k, log_scale = _recompute(
+                features, k[:, :, s:e], positions[s:e], False, _rows(phi_buffer, e - s)
+            )
+            if log_scale is None:
+                weights = plain_weights(mask_c, phi_k.dtype)
+            else:
+                weights = torch.exp(masked_log_scale(log_scale.detach(), mask_c) - top[..., None])
+            v_c = v[:, :, s:e]
+            grad_phi_k = torch.matmul(
+                _augmented_values(buffer, v_c, weights), grad_state.transpose(-1, -2),
+                out=_rows(grad_phi_buffer, e - s),
+            )
+            grad_wv_w = phi_k.detach() @ grad_state  # d loss / d [w_j v_j, w_j]
+            grad_wv = grad_wv_w[..., :-1]
+            grad_log_scale = None
+            if weights is None:
+                grad_v[:, :, s:e] = grad_wv
+            else:
+                torch.mul(grad_wv, weights[..., None], out=grad_v[:, :, s:e])
+            if log_scale is not None:  # w_j = exp(log_scale_j - top): d w_j / d log_scale_j = w_j
+                grad_weights = (grad_wv * v_c).sum(dim=-1) + grad_wv_w[..., -1]
+                grad_log_scale = grad_weights * weights
+            _features_backward(
+                vjp, x, phi_k, log_scale, grad_phi_k, grad_log_scale, grad_k[:, :, s:e]
+            )
+        return grad_q, grad_k, grad_v, None, None, None, None, None
+
+
+def bidirectional_linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, features: FeatureFn,
+    eps: float, chunk_size: int, vjp: FeatureVjp | None = None,
+) -> Tensor:
+    """Bidirectional linear attention over chunks of `chunk_size` tokens.
+
+    q, k: (batch, heads, n, d); v: (batch, heads, n, d_v); mask: bool (batch, n) or None.
+    `vjp`: the analytic backward of `features`, or None to differentiate a recomputation.
+
+    Returns (batch, heads, n, d_v).
+    """
+    return BidirectionalLinearAttention.apply(q, k, v, mask, features, vjp, eps, chunk_size)
