@@ -7,8 +7,10 @@ Besides the four linarena modules it times two reference implementations in the 
 every speed claim is a ratio measured side by side:
   - einsum_elu: a straightforward einsum implementation of elu+1 attention;
   - performer_pytorch: FastAttention from the `performer-pytorch` package (if installed,
-    `pip install -e ".[bench]"`), with both Performers' approximation error against exact softmax.
-Prints a table and writes a CSV (default results/benchmark_attention.csv).
+    `pip install -e ".[bench]"`).
+Prints a table and writes a CSV (default results/benchmark_attention.csv). Bidirectional runs
+also measure both Performers' approximation error against exact softmax attention at several
+q, k scales, with the same projections (<out>_performer_error.csv).
 """
 
 from __future__ import annotations
@@ -92,28 +94,52 @@ def measure(fn, length: int, args) -> dict:
     return row
 
 
-def approximation_errors(variants: dict, length: int, args) -> dict[str, float]:
-    """Mean |out - exact softmax| for both Performers, over 3 projections, on inputs of the
-    scale a LayerNorm'd model produces (unit-variance q, k)."""
+def performer_pytorch_fn(projection: torch.Tensor, eps: float) -> Callable:
+    """performer-pytorch's own FAVOR+ functions with a given projection and feature floor eps
+    (its FastAttention uses eps=1e-4; eps=0 is the plain FAVOR+ estimator)."""
+    from performer_pytorch.performer_pytorch import linear_attention, softmax_kernel
+
+    def attend(q, k, v):
+        q_features = softmax_kernel(q, projection_matrix=projection, is_query=True, eps=eps)
+        k_features = softmax_kernel(k, projection_matrix=projection, is_query=False, eps=eps)
+        return linear_attention(q_features, k_features, v)
+
+    return attend
+
+
+def approximation_errors(variants: dict, length: int, args) -> list[dict]:
+    """Mean |out - exact softmax attention| of both Performers at q, k scales `args.error_scales`.
+
+    Each draw gives both implementations the same projection, so the numbers differ only by
+    what each computes. Two yardsticks come with them: performer-pytorch's estimator with its
+    feature floor eps removed (plain FAVOR+), and the mean of v (uniform attention), which an
+    estimator approaches when its features are swamped by a constant.
+    """
+    performer = variants["performer"]
     g = torch.Generator(device=args.device).manual_seed(0)
     shape = (1, args.heads, length, args.head_dim)
     q, k, v = (torch.randn(shape, device=args.device, generator=g) for _ in range(3))
+    rows = []
     with torch.no_grad():
-        exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double()).float()
-        errors = {}
-        for name in ("performer", "performer_pytorch"):
-            if name not in variants:
-                continue
-            trials = []
+        for scale in args.error_scales:
+            exact = F.scaled_dot_product_attention(
+                (scale * q).double(), (scale * k).double(), v.double()
+            ).float()
+            errors: dict[str, list[float]] = {}
             for draw in range(3):
-                module = variants[name]
-                if name == "performer":
-                    module.projection.copy_(module.draw_projection(draw))
-                else:
-                    module.redraw_projection_matrix(args.device)
-                trials.append((module(q, k, v) - exact).abs().mean().item())
-            errors[name] = sum(trials) / len(trials)
-    return errors
+                projection = performer.draw_projection(draw).to(args.device)
+                performer.projection.copy_(projection)
+                fns = {"performer": performer}
+                if "performer_pytorch" in variants:
+                    fns["performer_pytorch"] = performer_pytorch_fn(projection, eps=1e-4)
+                    fns["performer_pytorch_eps0"] = performer_pytorch_fn(projection, eps=0.0)
+                fns["mean_of_v"] = lambda q, k, v: v.mean(dim=2, keepdim=True)
+                for name, fn in fns.items():
+                    error = (fn(scale * q, scale * k, v) - exact).abs().mean().item()
+                    errors.setdefault(name, []).append(error)
+            rows.append({"length": length, "qk_scale": scale,
+                         **{name: sum(e) / len(e) for name, e in errors.items()}})
+    return rows
 
 
 def run(args) -> list[dict]:
@@ -166,12 +192,26 @@ def summarise(rows: list[dict], variants: dict, args) -> list[str]:
         top = max(measured, default=None)
         if top:
             lines.append(f"  at N={top}: softmax/{name} time ratio {ms['softmax', top] / ms[name, top]:.2f}")
-    if "performer" in variants and not args.causal:
-        length = min(args.lengths, key=lambda n: abs(n - 4096))
-        errors = approximation_errors(variants, length, args)
-        for name, error in errors.items():
-            lines.append(f"{name} mean |error| vs exact softmax at N={length}: {error:.4f}")
     return lines
+
+
+def error_table(rows: list[dict]) -> list[str]:
+    """approximation_errors' rows as aligned text."""
+    names = [name for name in rows[0] if name not in ("length", "qk_scale")]
+    lines = [f"Performer approximation error at N={rows[0]['length']}: mean |out - exact softmax|, "
+             "3 draws, same projection for both implementations",
+             f"{'q,k scale':>10}" + "".join(f"{name:>24}" for name in names)]
+    for row in rows:
+        lines.append(f"{row['qk_scale']:>10}" + "".join(f"{row[name]:>24.4f}" for name in names))
+    return lines
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -191,6 +231,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-seconds", type=float, default=30.0,
                         help="skip a case whose predicted fwd+bwd time exceeds this")
+    parser.add_argument("--error-scales", type=float, nargs="*", default=[0.25, 0.5, 1.0],
+                        help="q, k scales of the Performer approximation-error table (none: skip)")
     parser.add_argument("--out", type=Path, default=Path("results/benchmark_attention.csv"))
     args = parser.parse_args(argv)
     args.device = torch.device(args.device)
@@ -203,12 +245,14 @@ def main(argv: list[str] | None = None) -> None:
           f"head_dim={args.head_dim} causal={args.causal} threads={torch.get_num_threads()}")
     variants = build_variants(args)
     rows = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.out, rows)
     print("\n".join(["", *summarise(rows, variants, args), f"CSV: {args.out}"]))
+    if "performer" in variants and not args.causal and args.error_scales:
+        length = min(args.lengths, key=lambda n: abs(n - 4096))
+        error_rows = approximation_errors(variants, length, args)
+        error_path = args.out.with_name(f"{args.out.stem}_performer_error.csv")
+        write_csv(error_path, error_rows)
+        print("\n".join(["", *error_table(error_rows), f"CSV: {error_path}"]))
 
 
 if __name__ == "__main__":
