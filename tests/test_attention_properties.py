@@ -118,6 +118,27 @@ def test_redraw_on_schedule_in_training_only():
     assert torch.equal(restored.projection, attn.projection)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_redraw_before_backward_keeps_gradients(causal):
+    """A second training forward (which redraws) before the first one's backward, as activation
+    checkpointing does, leaves the first call's gradients those of its own projection."""
+    q, k, v = (torch.randn(2, 2, 9, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+
+    def grads(attn, redraw_in_between):
+        out = attn(q, k, v)
+        if redraw_in_between:
+            attn(q, k, v)  # redraw_interval=1: this call redraws the projection
+        return torch.autograd.grad(out.pow(2).sum(), (q, k, v))
+
+    def build():
+        return PerformerAttention(8, causal=causal, num_features=16, redraw_interval=1,
+                                  seed=3, chunk_size=4).train()
+
+    expected, got = grads(build(), False), grads(build(), True)
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_no_redraw_without_interval():
     attn = PerformerAttention(8, num_features=16, seed=1).train()
     first = attn.projection.clone()

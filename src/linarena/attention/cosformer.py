@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -44,12 +46,13 @@ class CosformerAttention(LinearAttention):
         self.max_length = max_length
 
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
         out: Tensor | None = None,
     ) -> FeatureOutput:
-        return cosformer_features(x, positions, scale_length, out)
+        return cosformer_features(x, positions, context, out)
 
-    def scale_length(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor:
+    def feature_context(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor:
+        """M for each sequence, shape (batch,)."""
         if self.causal:
             return torch.full((batch,), self.max_length, device=device)
         if mask is None:

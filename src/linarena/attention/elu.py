@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
 from linarena.attention.feature_maps import FeatureOutput, elu_features, elu_features_vjp
@@ -14,10 +16,10 @@ class EluAttention(LinearAttention):
 
 
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
         out: Tensor | None = None,
     ) -> FeatureOutput:
         return elu_features(x, out)
 
-    def feature_map_vjp(self) -> FeatureVjp:
+    def feature_map_vjp(self, context: Any) -> FeatureVjp:
         return elu_features_vjp

@@ -5,12 +5,15 @@ recurrent step in linear_kernels.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 from linarena.attention.bidirectional_kernel import bidirectional_linear_attention
 from linarena.attention.feature_maps import FeatureOutput
 from linarena.attention.linear_kernels import (
+    FeatureFn,
     FeatureVjp,
     LinearAttentionState,
     causal_linear_attention,
@@ -49,24 +52,36 @@ class LinearAttention(nn.Module):
         self.chunk_size = chunk_size
 
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
         out: Tensor | None = None,
     ) -> FeatureOutput:
         """phi of x (batch, heads, n, head_dim) at absolute `positions` (n,). See feature_maps.
 
-        `out` (batch, heads, n, num_features), when given, is a buffer the map may write phi into
-        (and return) instead of allocating: the kernels reuse one buffer for every chunk.
+        `context` is what feature_context returned for this call. `out` (batch, heads, n,
+        num_features), when given, is a buffer the map may write phi into (and return) instead
+        of allocating: the kernels reuse one buffer for every chunk.
         """
         raise NotImplementedError
 
-    def feature_map_vjp(self) -> FeatureVjp | None:
+    def feature_map_vjp(self, context: Any) -> FeatureVjp | None:
         """The analytic backward of feature_map (see linear_kernels.FeatureVjp), or None to
         differentiate a recomputation of it with autograd. Optional: a speed-up only."""
         return None
 
-    def scale_length(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor | None:
-        """Per-sequence length the feature map needs (cosFormer's M), shape (batch,), or None."""
+    def feature_context(self, mask: Tensor | None, batch: int, length: int, device) -> Any:
+        """What the feature map needs that is fixed for one call, its backward included
+        (cosFormer's per-sequence M, Performer's projection), or None."""
         return None
+
+    def _features(self, context: Any) -> FeatureFn:
+        """The feature map of one call, in the kernels' signature."""
+
+        def features(
+            x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None = None
+        ) -> FeatureOutput:
+            return self.feature_map(x, positions, context, is_query, out)
+
+        return features
 
     def check_length(self, length: int) -> None:
         """Raise if `length` tokens cannot be handled (cosFormer's causal max_length)."""
@@ -81,20 +96,16 @@ class LinearAttention(nn.Module):
         self.check_length(length)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         with torch.autocast(device_type=q.device.type, enabled=False):
-            scale = self.scale_length(mask, batch, length, q.device)
-
-            def features(
-                x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None = None
-            ) -> FeatureOutput:
-                return self.feature_map(x, positions, scale, is_query, out)
-
+            context = self.feature_context(mask, batch, length, q.device)
+            features = self._features(context)
             out_dtype = v.dtype
             q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
             if self.causal:
                 out = causal_linear_attention(q, k, v, mask, features, self.eps, self.chunk_size)
             else:
                 out = bidirectional_linear_attention(
-                    q, k, v, mask, features, self.eps, BIDIRECTIONAL_CHUNK, self.feature_map_vjp()
+                    q, k, v, mask, features, self.eps, BIDIRECTIONAL_CHUNK,
+                    self.feature_map_vjp(context),
                 )
         return out.to(out_dtype)
 
@@ -123,15 +134,9 @@ class LinearAttention(nn.Module):
         self.check_length(position + 1)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         with torch.autocast(device_type=q.device.type, enabled=False):
-            scale = self.scale_length(None, q.shape[0], position + 1, q.device)
-
-            def features(
-                x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None = None
-            ) -> FeatureOutput:
-                return self.feature_map(x, positions, scale, is_query, out)
-
+            context = self.feature_context(None, q.shape[0], position + 1, q.device)
             out, state = recurrent_step(
-                q.to(dtype), k.to(dtype), v.to(dtype), state, features, self.eps
+                q.to(dtype), k.to(dtype), v.to(dtype), state, self._features(context), self.eps
             )
         return out.to(v.dtype), state
 

@@ -88,18 +88,24 @@ class PerformerAttention(LinearAttention):
         return super().forward(q, k, v, mask)
 
     def feature_map(
-        self, x: Tensor, positions: Tensor, scale_length: Tensor | None, is_query: bool,
+        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
         out: Tensor | None = None,
     ) -> FeatureOutput:
-        projection = self.projection.to(x.dtype)
+        projection = context.to(x.dtype)
         if self.kernel == "relu":
             return performer_relu_features(x, projection)
         return performer_softmax_features(x, projection, is_query, out)
 
-    def feature_map_vjp(self) -> FeatureVjp | None:
+    def feature_map_vjp(self, context: Any) -> FeatureVjp | None:
         if self.kernel == "relu":
             return None
-        return functools.partial(performer_softmax_features_vjp, projection=self.projection)
+        return functools.partial(performer_softmax_features_vjp, projection=context)
+
+    def feature_context(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor:
+        """A snapshot of the projection, so that a redraw before this call's backward (a second
+        forward first, as activation checkpointing does) cannot change what the backward
+        recomputes."""
+        return self.projection.clone()
 
     # The schedule counters are plain ints (no GPU sync to read them) saved in checkpoints.
     def get_extra_state(self) -> dict[str, Any]:
