@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -162,3 +163,15 @@ def test_wandb_runs_map_to_records_and_filters() -> None:
     query = wandb_filters({"group": "text", "tags": "final", "attention": "elu", "seed": 1})
     assert query == {"state": "finished", "group": "text", "tags": {"$in": ["final"]},
                      "config.attention": "elu", "config.seed": 1}
+
+
+def test_scatter_labels_of_coinciding_points_are_stacked() -> None:
+    """MQAR's three linear variants sit at nearly the same point: their labels get three lines,
+    while a distant point keeps the first line."""
+    from linarena.analysis.plots import label_rows
+
+    tokens_per_sec = np.array([150_000.0, 110_000.0, 114_000.0, 109_000.0])
+    accuracy = np.array([99.99, 12.1, 12.3, 12.4])
+    rows = label_rows(tokens_per_sec, accuracy)
+    assert rows[0] == 0
+    assert sorted(rows[1:]) == [0, 1, 2]

@@ -157,14 +157,15 @@ class BidirectionalLinearAttention(torch.autograd.Function):
                 _augmented_values(buffer, v_c, weights), grad_state.transpose(-1, -2),
                 out=_rows(grad_phi_buffer, e - s),
             )
-            grad_wv_w = phi_k.detach() @ grad_state  # d loss / d [w_j v_j, w_j]
-            grad_wv = grad_wv_w[..., :-1]
-            grad_log_scale = None
-            if weights is None:
-                grad_v[:, :, s:e] = grad_wv
-            else:
+            if log_scale is None:  # d loss / d (w_j v_j), straight into grad_v, then * w_j
+                grad_wv = torch.matmul(phi_k.detach(), grad_state[..., :-1], out=grad_v[:, :, s:e])
+                if weights is not None:
+                    grad_wv.mul_(weights[..., None])
+                grad_log_scale = None
+            else:  # w_j = exp(log_scale_j - top) also has a gradient: d w_j / d log_scale_j = w_j
+                grad_wv_w = phi_k.detach() @ grad_state  # d loss / d [w_j v_j, w_j]
+                grad_wv = grad_wv_w[..., :-1]
                 torch.mul(grad_wv, weights[..., None], out=grad_v[:, :, s:e])
-            if log_scale is not None:  # w_j = exp(log_scale_j - top): d w_j / d log_scale_j = w_j
                 grad_weights = (grad_wv * v_c).sum(dim=-1) + grad_wv_w[..., -1]
                 grad_log_scale = grad_weights * weights
             _features_backward(
