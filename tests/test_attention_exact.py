@@ -156,10 +156,11 @@ def test_bidirectional_chunking_matches_single_chunk(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["elu", "performer"])
+@pytest.mark.parametrize("name", ["elu", "performer", "performer_relu", "cosformer"])
 def test_analytic_feature_backward_matches_autograd(name, monkeypatch):
-    """The hand-written feature-map backward (elu+1, FAVOR+ with its key log-scale) gives the
-    gradients of autograd through the recomputed map: padded, over several chunks."""
+    """The hand-written feature-map backward (elu+1, FAVOR+ with its key log-scale, relu
+    features, cosFormer's cos/sin pairs) gives the gradients of autograd through the recomputed
+    map: padded, over several chunks."""
     import linarena.attention.linear as linear
 
     monkeypatch.setattr(linear, "BIDIRECTIONAL_CHUNK", 7)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from linarena.attention.buffers import rows, write_into
 from linarena.attention.linear_kernels import (
     FeatureFn,
     FeatureVjp,
@@ -34,14 +35,9 @@ def _augmented_values(buffer: Tensor, v: Tensor, weights: Tensor | None) -> Tens
         values[..., :-1].copy_(v)
         values[..., -1].fill_(1.0)
     else:
-        torch.mul(v, weights[..., None], out=values[..., :-1])
+        write_into(values[..., :-1], torch.mul, v, weights[..., None])
         values[..., -1].copy_(weights)
     return values
-
-
-def _rows(buffer: Tensor | None, count: int) -> Tensor | None:
-    """The first `count` rows (dim 2) of a per-chunk buffer, or None."""
-    return None if buffer is None else buffer[:, :, :count]
 
 
 def _recompute(
@@ -58,12 +54,12 @@ def _recompute(
 
 
 def _features_backward(
-    vjp: FeatureVjp | None, x: Tensor, phi: Tensor, log_scale: Tensor | None,
+    vjp: FeatureVjp | None, x: Tensor, positions: Tensor, phi: Tensor, log_scale: Tensor | None,
     grad_phi: Tensor, grad_log_scale: Tensor | None, out: Tensor,
 ) -> None:
     """Write d loss / d x into `out`, analytically or through the recomputed graph."""
     if vjp is not None:
-        vjp(x.detach(), phi, grad_phi, grad_log_scale, out)
+        vjp(x.detach(), positions, phi, grad_phi, grad_log_scale, out)
         return
     if grad_log_scale is None:
         (grad,) = torch.autograd.grad(phi, x, grad_phi)
@@ -88,7 +84,7 @@ class BidirectionalLinearAttention(torch.autograd.Function):
         for s, e in bounds:
             mask_c = None if mask is None else mask[:, s:e]
             phi_k, log_scale = features(
-                k[:, :, s:e], positions[s:e], False, _rows(phi_buffer, e - s)
+                k[:, :, s:e], positions[s:e], False, rows(phi_buffer, e - s)
             )
             phi_buffer = phi_k if phi_buffer is None else phi_buffer
             if log_scale is None:
@@ -107,10 +103,10 @@ class BidirectionalLinearAttention(torch.autograd.Function):
 
         out, den = torch.empty_like(v), v.new_empty(batch, heads, length)
         for s, e in bounds:
-            phi_q, _ = features(q[:, :, s:e], positions[s:e], True, _rows(phi_buffer, e - s))
+            phi_q, _ = features(q[:, :, s:e], positions[s:e], True, rows(phi_buffer, e - s))
             num_den = phi_q @ state  # (b, h, c, d_v + 1): numerators, then the normaliser
-            torch.add(num_den[..., -1], eps, out=den[:, :, s:e])
-            torch.div(num_den[..., :-1], den[:, :, s:e, None], out=out[:, :, s:e])
+            write_into(den[:, :, s:e], torch.add, num_den[..., -1], eps)
+            write_into(out[:, :, s:e], torch.div, num_den[..., :-1], den[:, :, s:e, None])
 
         ctx.save_for_backward(q, k, v, mask, state, top, den, out)
         ctx.features, ctx.vjp, ctx.bounds = features, vjp, bounds
@@ -131,45 +127,50 @@ class BidirectionalLinearAttention(torch.autograd.Function):
 
         for s, e in bounds:
             x, phi_q, _ = _recompute(
-                features, q[:, :, s:e], positions[s:e], True, _rows(phi_buffer, e - s)
+                features, q[:, :, s:e], positions[s:e], True, rows(phi_buffer, e - s)
             )
             # d loss / d [numerators, normaliser] of the chunk's queries.
             grad_num_den = buffer[:, :, : e - s]
-            g = torch.div(grad_out[:, :, s:e], den[:, :, s:e, None], out=grad_num_den[..., :-1])
-            torch.sum(g * out[:, :, s:e], dim=-1, out=grad_num_den[..., -1]).neg_()
-            grad_phi_q = torch.matmul(
-                grad_num_den, state.transpose(-1, -2), out=_rows(grad_phi_buffer, e - s)
+            g = write_into(grad_num_den[..., :-1], torch.div, grad_out[:, :, s:e], den[:, :, s:e, None])
+            write_into(grad_num_den[..., -1], torch.sum, g * out[:, :, s:e], -1).neg_()
+            grad_phi_q = write_into(
+                rows(grad_phi_buffer, e - s), torch.matmul, grad_num_den, state.transpose(-1, -2)
             )
             grad_state += phi_q.detach().transpose(-1, -2) @ grad_num_den
-            _features_backward(vjp, x, phi_q, None, grad_phi_q, None, grad_q[:, :, s:e])
+            _features_backward(
+                vjp, x, positions[s:e], phi_q, None, grad_phi_q, None, grad_q[:, :, s:e]
+            )
 
         for s, e in bounds:
             mask_c = None if mask is None else mask[:, s:e]
             x, phi_k, log_scale = _recompute(
-                features, k[:, :, s:e], positions[s:e], False, _rows(phi_buffer, e - s)
+                features, k[:, :, s:e], positions[s:e], False, rows(phi_buffer, e - s)
             )
             if log_scale is None:
                 weights = plain_weights(mask_c, phi_k.dtype)
             else:
                 weights = torch.exp(masked_log_scale(log_scale.detach(), mask_c) - top[..., None])
             v_c = v[:, :, s:e]
-            grad_phi_k = torch.matmul(
+            grad_phi_k = write_into(
+                rows(grad_phi_buffer, e - s), torch.matmul,
                 _augmented_values(buffer, v_c, weights), grad_state.transpose(-1, -2),
-                out=_rows(grad_phi_buffer, e - s),
             )
             if log_scale is None:  # d loss / d (w_j v_j), straight into grad_v, then * w_j
-                grad_wv = torch.matmul(phi_k.detach(), grad_state[..., :-1], out=grad_v[:, :, s:e])
+                grad_wv = write_into(
+                    grad_v[:, :, s:e], torch.matmul, phi_k.detach(), grad_state[..., :-1]
+                )
                 if weights is not None:
                     grad_wv.mul_(weights[..., None])
                 grad_log_scale = None
             else:  # w_j = exp(log_scale_j - top) also has a gradient: d w_j / d log_scale_j = w_j
                 grad_wv_w = phi_k.detach() @ grad_state  # d loss / d [w_j v_j, w_j]
                 grad_wv = grad_wv_w[..., :-1]
-                torch.mul(grad_wv, weights[..., None], out=grad_v[:, :, s:e])
+                write_into(grad_v[:, :, s:e], torch.mul, grad_wv, weights[..., None])
                 grad_weights = (grad_wv * v_c).sum(dim=-1) + grad_wv_w[..., -1]
                 grad_log_scale = grad_weights * weights
             _features_backward(
-                vjp, x, phi_k, log_scale, grad_phi_k, grad_log_scale, grad_k[:, :, s:e]
+                vjp, x, positions[s:e], phi_k, log_scale, grad_phi_k, grad_log_scale,
+                grad_k[:, :, s:e],
             )
         return grad_q, grad_k, grad_v, None, None, None, None, None
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from linarena.attention.feature_maps import FeatureOutput, cosformer_features
+from linarena.attention.feature_maps import (
+    FeatureOutput,
+    cosformer_features,
+    cosformer_features_vjp,
+)
 from linarena.attention.linear import LinearAttention
+from linarena.attention.linear_kernels import FeatureVjp
 
 
 class CosformerAttention(LinearAttention):
@@ -50,6 +56,9 @@ class CosformerAttention(LinearAttention):
         out: Tensor | None = None,
     ) -> FeatureOutput:
         return cosformer_features(x, positions, context, out)
+
+    def feature_map_vjp(self, context: Any) -> FeatureVjp:
+        return functools.partial(cosformer_features_vjp, scale_length=context)
 
     def feature_context(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor:
         """M for each sequence, shape (batch,)."""

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from linarena.attention.buffers import write_into
+
 FeatureOutput = tuple[Tensor, Tensor | None]
 
 
@@ -35,12 +37,13 @@ def elu_features(x: Tensor, out: Tensor | None = None) -> FeatureOutput:
 
 
 def elu_features_vjp(
-    x: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None, out: Tensor
+    x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
+    out: Tensor,
 ) -> None:
     """Backward of elu_features from its output alone: d phi / d x is 1 where x > 0 (phi > 1)
     and exp(x) = phi where x <= 0, i.e. min(phi, 1). Writes grad_phi * min(phi, 1) into `out`
     (overwriting phi): one pass, no autograd graph, no copy."""
-    torch.mul(grad_phi, phi.clamp_(max=1.0), out=out)
+    write_into(out, torch.mul, grad_phi, phi.clamp_(max=1.0))
 
 
 def performer_softmax_features(
@@ -62,7 +65,8 @@ def performer_softmax_features(
         out: (batch, heads, n, m) buffer to write phi into, or None to allocate it.
     """
     scale = x.shape[-1] ** -0.25
-    logits = torch.matmul(x, _batched(projection.t() * scale, x), out=out)  # (batch, heads, n, m)
+    logits = _batched(projection.t() * scale, x)  # (batch, heads, d, m)
+    logits = torch.matmul(x, logits) if out is None else write_into(out, torch.matmul, x, logits)
     row_max = logits.amax(dim=-1, keepdim=True).detach()
     phi = logits.sub_(row_max).exp_()  # in place: two passes over the largest tensor, not four
     if is_query:
@@ -71,8 +75,8 @@ def performer_softmax_features(
 
 
 def performer_softmax_features_vjp(
-    x: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None, out: Tensor,
-    projection: Tensor,
+    x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
+    out: Tensor, projection: Tensor,
 ) -> None:
     """Backward of performer_softmax_features, written into `out` (overwriting grad_phi).
 
@@ -81,15 +85,41 @@ def performer_softmax_features_vjp(
     c is a stabiliser taken as a constant in both, as in the forward pass.
     """
     scale = x.shape[-1] ** -0.25
-    torch.matmul(grad_phi.mul_(phi), _batched(projection.to(x.dtype) * scale, x), out=out)
+    write_into(out, torch.matmul, grad_phi.mul_(phi), _batched(projection.to(x.dtype) * scale, x))
     if grad_log_scale is not None:
         out.addcmul_(x, grad_log_scale[..., None], value=-(scale**2))
 
 
-def performer_relu_features(x: Tensor, projection: Tensor, epsilon: float = 1e-3) -> FeatureOutput:
-    """Performer's "generalized attention": phi(x) = relu(W x') + epsilon, x' = x d^(-1/4)."""
-    logits = x @ (projection * x.shape[-1] ** -0.25).t()
-    return F.relu(logits) + epsilon, None
+RELU_FEATURE_FLOOR = 1e-3  # Performer's "generalized attention" adds it to every feature
+
+
+def performer_relu_features(
+    x: Tensor, projection: Tensor, out: Tensor | None = None
+) -> FeatureOutput:
+    """Performer's "generalized attention": phi(x) = relu(W x') + 1e-3, x' = x d^(-1/4).
+
+    x: (batch, heads, n, d); projection: (m, d); out: (batch, heads, n, m) buffer or None.
+    """
+    weights = _batched(projection.t() * x.shape[-1] ** -0.25, x)
+    if out is None:
+        return F.relu(torch.matmul(x, weights)) + RELU_FEATURE_FLOOR, None
+    return write_into(out, torch.matmul, x, weights).relu_().add_(RELU_FEATURE_FLOOR), None
+
+
+def performer_relu_features_vjp(
+    x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
+    out: Tensor, projection: Tensor,
+) -> None:
+    """Backward of performer_relu_features, written into `out` (overwriting grad_phi):
+    d loss / d x = (grad_phi * [W x' > 0]) W', and W x' > 0 exactly where phi exceeds the floor."""
+    weights = _batched(projection.to(x.dtype) * x.shape[-1] ** -0.25, x)
+    write_into(out, torch.matmul, grad_phi.mul_(phi > RELU_FEATURE_FLOOR), weights)
+
+
+def _cosformer_angles(positions: Tensor, scale_length: Tensor, dtype: torch.dtype) -> Tensor:
+    """theta_i = pi/2 * i / M of positions (n,) for each sequence's M (batch,): (batch, 1, n, 1)."""
+    theta = (math.pi / 2) * positions.to(dtype)[None, :] / scale_length.to(dtype)[:, None]
+    return theta[:, None, :, None]
 
 
 def cosformer_features(
@@ -107,15 +137,26 @@ def cosformer_features(
             weight to stay positive.
         out: (batch, heads, n, 2 d) buffer to write phi into, or None to allocate it.
     """
-    theta = (math.pi / 2) * positions.to(x.dtype)[None, :] / scale_length.to(x.dtype)[:, None]
-    theta = theta[:, None, :, None]  # (batch, 1, n, 1)
+    theta = _cosformer_angles(positions, scale_length, x.dtype)
     relu_x = F.relu(x)
     if out is None:
         return torch.cat([relu_x * torch.cos(theta), relu_x * torch.sin(theta)], dim=-1), None
     d = x.shape[-1]
-    torch.mul(relu_x, torch.cos(theta), out=out[..., :d])
-    torch.mul(relu_x, torch.sin(theta), out=out[..., d:])
+    write_into(out[..., :d], torch.mul, relu_x, torch.cos(theta))
+    write_into(out[..., d:], torch.mul, relu_x, torch.sin(theta))
     return out, None
+
+
+def cosformer_features_vjp(
+    x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
+    out: Tensor, scale_length: Tensor,
+) -> None:
+    """Backward of cosformer_features, written into `out`:
+    d loss / d x = (grad_cos * cos(theta) + grad_sin * sin(theta)) * [x > 0]."""
+    theta = _cosformer_angles(positions, scale_length, x.dtype)
+    d = x.shape[-1]
+    write_into(out, torch.mul, grad_phi[..., :d], torch.cos(theta))
+    out.addcmul_(grad_phi[..., d:], torch.sin(theta)).mul_(x > 0)
 
 
 def orthogonal_gaussian_projection(

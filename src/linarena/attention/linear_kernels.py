@@ -23,11 +23,12 @@ from torch import Tensor
 
 # (x, positions, is_query, out=None) -> (phi, log_scale): see LinearAttention.feature_map.
 FeatureFn = Callable[..., tuple[Tensor, Tensor | None]]
-# Optional analytic backward of a feature map, (x, phi, grad_phi, grad_log_scale, out): writes
-# d loss / d x into `out` and may overwrite phi and grad_phi; grad_log_scale is None for
-# queries and for maps without log-scale. Without one, the bidirectional kernel
-# differentiates through a recomputation of the map with autograd.
-FeatureVjp = Callable[[Tensor, Tensor, Tensor, Tensor | None, Tensor], None]
+# Optional analytic backward of a feature map, (x, positions, phi, grad_phi, grad_log_scale,
+# out): writes d loss / d x into `out` and may overwrite phi and grad_phi; grad_log_scale is
+# None for queries and for maps without log-scale. Without one, the bidirectional kernel
+# differentiates through a recomputation of the map with autograd (which torch.compile cannot
+# trace in a single graph: the built-in maps all have one).
+FeatureVjp = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor], None]
 
 
 def _lowest(dtype: torch.dtype) -> float:

@@ -13,6 +13,7 @@ from linarena.attention.feature_maps import (
     FeatureOutput,
     orthogonal_gaussian_projection,
     performer_relu_features,
+    performer_relu_features_vjp,
     performer_softmax_features,
     performer_softmax_features_vjp,
 )
@@ -93,12 +94,12 @@ class PerformerAttention(LinearAttention):
     ) -> FeatureOutput:
         projection = context.to(x.dtype)
         if self.kernel == "relu":
-            return performer_relu_features(x, projection)
+            return performer_relu_features(x, projection, out)
         return performer_softmax_features(x, projection, is_query, out)
 
-    def feature_map_vjp(self, context: Any) -> FeatureVjp | None:
+    def feature_map_vjp(self, context: Any) -> FeatureVjp:
         if self.kernel == "relu":
-            return None
+            return functools.partial(performer_relu_features_vjp, projection=context)
         return functools.partial(performer_softmax_features_vjp, projection=context)
 
     def feature_context(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor:

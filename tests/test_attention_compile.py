@@ -1,0 +1,60 @@
+"""torch.compile: every variant, both modes, traces as one graph (fullgraph=True) and gives the
+eager outputs and gradients, padding included; the recurrent step compiles too.
+
+The tests use the aot_eager backend: it runs Dynamo's tracing and AOT autograd, which is where
+compile support breaks (graph breaks, untraceable ops in a custom backward), without spending
+minutes in Inductor's C++ code generation. The slow test runs Inductor itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_attention_exact import VARIANTS, build, inputs, padding_mask
+
+
+def compiled_and_eager(attn, backend: str, length: int = 29):
+    q, k, v = (x.float().requires_grad_(True) for x in inputs(length=length))
+    mask = padding_mask([length, length - 9], length)
+    results = []
+    for module in (torch.compile(attn, backend=backend, fullgraph=True), attn):
+        out = module(q, k, v, mask)
+        grads = torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v))
+        results.append((out, *grads))
+    return results
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_compiled_module_is_one_graph_and_matches_eager(name, causal):
+    compiled, eager = compiled_and_eager(build(name, causal), backend="aot_eager")
+    for c, e in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["elu", "performer", "cosformer"])
+def test_compiled_recurrent_step_matches_eager(name):
+    attn = build(name, causal=True)
+    step = torch.compile(attn.step, backend="aot_eager", fullgraph=True)
+    q, k, v = (x.float() for x in inputs(length=5))
+    state_c = state_e = None
+    for t in range(5):
+        out_c, state_c = step(q[:, :, t], k[:, :, t], v[:, :, t], state_c)
+        out_e, state_e = attn.step(q[:, :, t], k[:, :, t], v[:, :, t], state_e)
+        torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_inductor_matches_eager(name, causal):
+    compiled, eager = compiled_and_eager(build(name, causal), backend="inductor")
+    for c, e in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
