@@ -8,9 +8,13 @@ every speed claim is a ratio measured side by side:
   - einsum_elu: a straightforward einsum implementation of elu+1 attention;
   - performer_pytorch: FastAttention from the `performer-pytorch` package (if installed,
     `pip install -e ".[bench]"`).
-Prints a table and writes a CSV (default results/benchmark_attention.csv). Bidirectional runs
-also measure both Performers' approximation error against exact softmax attention at several
-q, k scales, with the same projections (<out>_performer_error.csv).
+The variants of one length are timed round-robin (median of --repeats calls each), so a
+machine whose speed drifts cannot favour one of them. Prints a table and writes a CSV (default
+results/benchmark_attention.csv; on CUDA, peak_memory_mb is what one forward+backward allocates
+beyond its inputs). Bidirectional runs
+also measure both Performers' approximation error against exact softmax attention, on random
+and on clustered inputs at several q, k scales, with the same projections
+(<out>_performer_error.csv; see linarena.analysis.performer_error).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from linarena.analysis.timing import is_out_of_memory, time_fn
+from linarena.analysis.performer_error import approximation_errors, error_table
+from linarena.analysis.timing import interleaved_medians, is_out_of_memory
 from linarena.attention import (
     CosformerAttention,
     EluAttention,
@@ -67,8 +72,8 @@ def build_variants(args) -> dict[str, Callable]:
     }
 
 
-def measure(fn, length: int, args) -> dict:
-    """Median forward and forward+backward milliseconds, and CUDA peak memory."""
+def prepare(fn, length: int, args) -> tuple[Callable, Callable]:
+    """A forward and a forward+backward call of `fn` on inputs of its own at `length`."""
     shape = (args.batch, args.heads, length, args.head_dim)
     q, k, v = (torch.randn(shape, device=args.device, requires_grad=True) for _ in range(3))
     autocast = torch.autocast(args.device.type, dtype=DTYPES[args.dtype],
@@ -85,89 +90,64 @@ def measure(fn, length: int, args) -> dict:
             out = fn(q, k, v)
         out.float().sum().backward()
 
-    if args.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(args.device)
-    row = {"fwd_ms": 1e3 * time_fn(forward, args.warmup, args.repeats, args.device),
-           "fwd_bwd_ms": 1e3 * time_fn(forward_backward, args.warmup, args.repeats, args.device)}
-    if args.device.type == "cuda":
-        row["peak_memory_mb"] = torch.cuda.max_memory_allocated(args.device) / 2**20
-    return row
+    return forward, forward_backward
 
 
-def performer_pytorch_fn(projection: torch.Tensor, eps: float) -> Callable:
-    """performer-pytorch's own FAVOR+ functions with a given projection and feature floor eps
-    (its FastAttention uses eps=1e-4; eps=0 is the plain FAVOR+ estimator)."""
-    from performer_pytorch.performer_pytorch import linear_attention, softmax_kernel
-
-    def attend(q, k, v):
-        q_features = softmax_kernel(q, projection_matrix=projection, is_query=True, eps=eps)
-        k_features = softmax_kernel(k, projection_matrix=projection, is_query=False, eps=eps)
-        return linear_attention(q_features, k_features, v)
-
-    return attend
-
-
-def approximation_errors(variants: dict, length: int, args) -> list[dict]:
-    """Mean |out - exact softmax attention| of both Performers at q, k scales `args.error_scales`.
-
-    Each draw gives both implementations the same projection, so the numbers differ only by
-    what each computes. Two yardsticks come with them: performer-pytorch's estimator with its
-    feature floor eps removed (plain FAVOR+), and the mean of v (uniform attention), which an
-    estimator approaches when its features are swamped by a constant.
-    """
-    performer = variants["performer"]
-    g = torch.Generator(device=args.device).manual_seed(0)
-    shape = (1, args.heads, length, args.head_dim)
-    q, k, v = (torch.randn(shape, device=args.device, generator=g) for _ in range(3))
-    rows = []
-    with torch.no_grad():
-        for scale in args.error_scales:
-            exact = F.scaled_dot_product_attention(
-                (scale * q).double(), (scale * k).double(), v.double()
-            ).float()
-            errors: dict[str, list[float]] = {}
-            for draw in range(3):
-                projection = performer.draw_projection(draw).to(args.device)
-                performer.projection.copy_(projection)
-                fns = {"performer": performer}
-                if "performer_pytorch" in variants:
-                    fns["performer_pytorch"] = performer_pytorch_fn(projection, eps=1e-4)
-                    fns["performer_pytorch_eps0"] = performer_pytorch_fn(projection, eps=0.0)
-                fns["mean_of_v"] = lambda q, k, v: v.mean(dim=2, keepdim=True)
-                for name, fn in fns.items():
-                    error = (fn(scale * q, scale * k, v) - exact).abs().mean().item()
-                    errors.setdefault(name, []).append(error)
-            rows.append({"length": length, "qk_scale": scale,
-                         **{name: sum(e) / len(e) for name, e in errors.items()}})
-    return rows
+def warm_up(forward: Callable, forward_backward: Callable, args) -> float:
+    """Run the warm-up calls; return the CUDA memory one forward+backward needs beyond what was
+    allocated before it (its inputs excluded), in MB, or NaN off CUDA."""
+    for _ in range(max(args.warmup - 1, 0)):
+        forward()
+        forward_backward()
+    forward()
+    if args.device.type != "cuda":
+        forward_backward()
+        return math.nan
+    torch.cuda.synchronize(args.device)
+    before = torch.cuda.memory_allocated(args.device)
+    torch.cuda.reset_peak_memory_stats(args.device)
+    forward_backward()
+    return (torch.cuda.max_memory_allocated(args.device) - before) / 2**20
 
 
 def run(args) -> list[dict]:
+    """Every variant at every length. The variants of one length are timed round-robin
+    (interleaved_medians), so the ratios between them come from the same moments."""
     variants = build_variants(args)
     rows, last_ms = [], {}
     for length in args.lengths:
+        cases, length_rows = {}, {}
         for name, fn in variants.items():
             row = {"variant": name, "causal": args.causal, "length": length, "batch": args.batch,
                    "heads": args.heads, "head_dim": args.head_dim, "device": str(args.device),
                    "dtype": args.dtype, "fwd_ms": math.nan, "fwd_bwd_ms": math.nan,
                    "peak_memory_mb": math.nan, "status": "ok"}
+            length_rows[name] = row
             growth = 4 if name == "softmax" else 2  # lengths double: quadratic vs linear
             if name in last_ms and last_ms[name] * growth / 1e3 > args.max_seconds:
                 row["status"] = f"skipped (predicted > {args.max_seconds}s)"
-            else:
-                try:
-                    row.update(measure(fn, length, args))
-                    last_ms[name] = row["fwd_bwd_ms"]
-                except (RuntimeError, MemoryError) as error:
-                    if not is_out_of_memory(error):
-                        raise
-                    row["status"] = "oom"
-                    last_ms[name] = math.inf
-                if args.device.type == "cuda":
-                    torch.cuda.empty_cache()
-            rows.append(row)
+                continue
+            try:
+                cases[name] = prepare(fn, length, args)
+                row["peak_memory_mb"] = warm_up(*cases[name], args)
+            except (RuntimeError, MemoryError) as error:
+                if not is_out_of_memory(error):
+                    raise
+                row["status"], last_ms[name] = "oom", math.inf
+                cases.pop(name, None)
+        calls = {(name, what): call for name, (forward, forward_backward) in cases.items()
+                 for what, call in (("fwd_ms", forward), ("fwd_bwd_ms", forward_backward))}
+        for (name, what), seconds in interleaved_medians(calls, args.repeats, args.device).items():
+            length_rows[name][what] = 1e3 * seconds
+        for name, row in length_rows.items():
+            if row["status"] == "ok":
+                last_ms[name] = row["fwd_bwd_ms"]
             print(f"{name:>18} N={length:>6}  fwd {row['fwd_ms']:9.2f} ms  "
                   f"fwd+bwd {row['fwd_bwd_ms']:9.2f} ms  {row['status']}", flush=True)
+        rows.extend(length_rows.values())
+        del cases, calls
+        if args.device.type == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -195,17 +175,6 @@ def summarise(rows: list[dict], variants: dict, args) -> list[str]:
     return lines
 
 
-def error_table(rows: list[dict]) -> list[str]:
-    """approximation_errors' rows as aligned text."""
-    names = [name for name in rows[0] if name not in ("length", "qk_scale")]
-    lines = [f"Performer approximation error at N={rows[0]['length']}: mean |out - exact softmax|, "
-             "3 draws, same projection for both implementations",
-             f"{'q,k scale':>10}" + "".join(f"{name:>24}" for name in names)]
-    for row in rows:
-        lines.append(f"{row['qk_scale']:>10}" + "".join(f"{row[name]:>24.4f}" for name in names))
-    return lines
-
-
 def write_csv(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
@@ -227,8 +196,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                         help="fp32, or bf16/fp16 autocast (GPU)")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (at least 1)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed calls per variant, round-robin over the variants")
     parser.add_argument("--max-seconds", type=float, default=30.0,
                         help="skip a case whose predicted fwd+bwd time exceeds this")
     parser.add_argument("--error-scales", type=float, nargs="*", default=[0.25, 0.5, 1.0],
@@ -249,7 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(["", *summarise(rows, variants, args), f"CSV: {args.out}"]))
     if "performer" in variants and not args.causal and args.error_scales:
         length = min(args.lengths, key=lambda n: abs(n - 4096))
-        error_rows = approximation_errors(variants, length, args)
+        error_rows = approximation_errors(
+            variants["performer"], length, args.heads, args.error_scales, args.device,
+            with_performer_pytorch="performer_pytorch" in variants,
+        )
         error_path = args.out.with_name(f"{args.out.stem}_performer_error.csv")
         write_csv(error_path, error_rows)
         print("\n".join(["", *error_table(error_rows), f"CSV: {error_path}"]))

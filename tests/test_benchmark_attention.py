@@ -33,11 +33,13 @@ def test_tiny_run_writes_timings_and_performer_errors(tmp_path: Path, capsys) ->
     assert "elu vs einsum_elu, fwd+bwd, N=64" in capsys.readouterr().out
 
     errors = pd.read_csv(tmp_path / "attention_performer_error.csv")
-    assert errors["qk_scale"].tolist() == [0.25, 0.5, 1.0]
+    assert errors["inputs"].tolist() == ["random"] * 3 + ["clustered"] * 3
+    assert errors["qk_scale"].tolist() == [0.25, 0.5, 1.0] * 2
     assert (errors["length"] == 64).all()  # the measured length closest to 4096
     assert (errors["performer"] > 0).all() and (errors["mean_of_v"] > 0).all()
+    random = errors[errors["inputs"] == "random"]
     # Error grows with the input scale: the FAVOR+ estimator's variance grows with |q|, |k|.
-    assert errors["performer"].is_monotonic_increasing
+    assert random["performer"].is_monotonic_increasing
     if "performer_pytorch_eps0" in errors:
         # Same projection, same estimator: linarena equals performer-pytorch without its floor.
         assert errors["performer"].to_numpy() == pytest.approx(

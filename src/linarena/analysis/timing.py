@@ -4,41 +4,56 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
+
+
+def elapsed(fn: Callable[[], object], device: torch.device | str) -> float:
+    """Wall-clock seconds of one ``fn()`` call.
+
+    On CUDA the call is bracketed by CUDA events and synchronised, so the time is the GPU's
+    time for the call and not the (asynchronous) launch time; on CPU ``time.perf_counter``.
+    """
+    if torch.device(device).type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(device)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    start_s = time.perf_counter()
+    fn()
+    return time.perf_counter() - start_s
 
 
 def time_fn(
     fn: Callable[[], object], warmup: int, repeats: int, device: torch.device | str
 ) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed calls.
-
-    On CUDA each call is bracketed by CUDA events and synchronised, so the time is the GPU's
-    time for the call and not the (asynchronous) launch time; on CPU ``time.perf_counter``.
-    """
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed calls
+    (see :func:`elapsed`)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    device = torch.device(device)
     for _ in range(warmup):
         fn()
-    times = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(repeats):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1000.0)
-    else:
-        for _ in range(repeats):
-            start_s = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start_s)
-    return statistics.median(times)
+    return statistics.median(elapsed(fn, device) for _ in range(repeats))
+
+
+def interleaved_medians(
+    fns: dict[Hashable, Callable[[], object]], repeats: int, device: torch.device | str
+) -> dict[Hashable, float]:
+    """Median seconds of each function, timed round-robin: repeat r times every function once
+    before repeat r + 1 starts. On a shared or throttling machine the speed drifts over seconds;
+    interleaving exposes every function to the same drift, so ratios between them hold even
+    when the absolute times move. Warm the functions up first."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    times: dict[Hashable, list[float]] = {key: [] for key in fns}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            times[key].append(elapsed(fn, device))
+    return {key: statistics.median(t) for key, t in times.items()}
 
 
 def is_out_of_memory(error: BaseException) -> bool:
