@@ -131,7 +131,9 @@ class BidirectionalLinearAttention(torch.autograd.Function):
             )
             # d loss / d [numerators, normaliser] of the chunk's queries.
             grad_num_den = buffer[:, :, : e - s]
-            g = write_into(grad_num_den[..., :-1], torch.div, grad_out[:, :, s:e], den[:, :, s:e, None])
+            g = write_into(
+                grad_num_den[..., :-1], torch.div, grad_out[:, :, s:e], den[:, :, s:e, None]
+            )
             write_into(grad_num_den[..., -1], torch.sum, g * out[:, :, s:e], -1).neg_()
             grad_phi_q = write_into(
                 rows(grad_phi_buffer, e - s), torch.matmul, grad_num_den, state.transpose(-1, -2)

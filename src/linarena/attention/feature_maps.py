@@ -65,8 +65,8 @@ def performer_softmax_features(
         out: (batch, heads, n, m) buffer to write phi into, or None to allocate it.
     """
     scale = x.shape[-1] ** -0.25
-    logits = _batched(projection.t() * scale, x)  # (batch, heads, d, m)
-    logits = torch.matmul(x, logits) if out is None else write_into(out, torch.matmul, x, logits)
+    weights = _batched(projection.t() * scale, x)  # (batch, heads, d, m)
+    logits = torch.matmul(x, weights) if out is None else write_into(out, torch.matmul, x, weights)
     row_max = logits.amax(dim=-1, keepdim=True).detach()
     phi = logits.sub_(row_max).exp_()  # in place: two passes over the largest tensor, not four
     if is_query:
@@ -111,7 +111,8 @@ def performer_relu_features_vjp(
     out: Tensor, projection: Tensor,
 ) -> None:
     """Backward of performer_relu_features, written into `out` (overwriting grad_phi):
-    d loss / d x = (grad_phi * [W x' > 0]) W', and W x' > 0 exactly where phi exceeds the floor."""
+    d loss / d x = (grad_phi * [W x' > 0]) W'. W x' > 0 is read off phi > floor, which differs
+    only for logits too small (about 1e-10 in float32) to change the floor."""
     weights = _batched(projection.to(x.dtype) * x.shape[-1] ** -0.25, x)
     write_into(out, torch.matmul, grad_phi.mul_(phi > RELU_FEATURE_FLOOR), weights)
 
