@@ -8,9 +8,13 @@ minutes in Inductor's C++ code generation. The slow test runs Inductor itself.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from test_attention_exact import VARIANTS, build, inputs, padding_mask
+
+from linarena.attention import PerformerAttention
 
 
 def compiled_and_eager(attn, backend: str, length: int = 29):
@@ -49,6 +53,24 @@ def test_compiled_recurrent_step_matches_eager(name):
         out_c, state_c = step(q[:, :, t], k[:, :, t], v[:, :, t], state_c)
         out_e, state_e = attn.step(q[:, :, t], k[:, :, t], v[:, :, t], state_e)
         torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_training_redraws_on_schedule_without_recompiling():
+    """Performer's redraw schedule is a Python counter kept out of the graph: a compiled
+    training loop redraws exactly as eager does and compiles once, not once per step."""
+    attn = PerformerAttention(16, num_features=32, redraw_interval=2, seed=0).train()
+    eager = copy.deepcopy(attn)
+    compiled = torch.compile(attn, backend="aot_eager")
+    q, k, v = (x.float() for x in inputs(length=29))
+    compiled(q, k, v)
+    compiled(q, k, v)  # the first redraw
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        outs = [compiled(q, k, v) for _ in range(4)]
+    refs = [eager(q, k, v) for _ in range(6)][2:]
+    assert attn.draws == eager.draws == 3 and attn.training_steps == 6
+    assert torch.equal(attn.projection, eager.projection)
+    for out, ref in zip(outs, refs, strict=True):
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

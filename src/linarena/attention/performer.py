@@ -83,10 +83,17 @@ class PerformerAttention(LinearAttention):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         if self.training and self.redraw_interval:
-            self.training_steps += 1
-            if self.training_steps % self.redraw_interval == 0:
-                self.redraw()
+            self._advance_redraw_schedule()
         return super().forward(q, k, v, mask)
+
+    @torch.compiler.disable
+    def _advance_redraw_schedule(self) -> None:
+        """Count a training step; redraw every redraw_interval steps. Runs outside torch.compile
+        graphs (a graph break): traced, the Python counter would be baked into the graph as a
+        constant and every step would recompile."""
+        self.training_steps += 1
+        if self.training_steps % self.redraw_interval == 0:
+            self.redraw()
 
     def feature_map(
         self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
