@@ -73,6 +73,20 @@ def test_compiled_training_redraws_on_schedule_without_recompiling():
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["elu", "performer", "cosformer"])
+def test_compiled_bidirectional_kernel_takes_new_lengths_without_recompiling(name):
+    """Batches padded to their own longest sequence have many lengths: after the first
+    recompilation (which makes the length dynamic) one graph serves every length with the same
+    number of chunks."""
+    compiled = torch.compile(build(name, causal=False), backend="aot_eager")
+    lengths = [29, 37, 45, 61]
+    for length in lengths[:2]:
+        compiled(*(x.float() for x in inputs(length=length)))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for length in lengths[2:]:
+            compiled(*(x.float() for x in inputs(length=length)))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", VARIANTS)

@@ -68,13 +68,21 @@ def _features_backward(
     out.copy_(grad)
 
 
+def _chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
+    """(start, end) of each chunk. Written over the chunk count rather than range(0, length, ..)
+    so that torch.compile specialises on the number of chunks, not on the exact length: one
+    graph serves every length with the same chunk count."""
+    count = (length + chunk_size - 1) // chunk_size
+    return [(i * chunk_size, torch.sym_min((i + 1) * chunk_size, length)) for i in range(count)]
+
+
 class BidirectionalLinearAttention(torch.autograd.Function):
     """See bidirectional_linear_attention."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, features, vjp, eps, chunk_size):
         batch, heads, length, d_v = v.shape
-        bounds = [(s, min(s + chunk_size, length)) for s in range(0, length, chunk_size)]
+        bounds = _chunk_bounds(length, chunk_size)
         positions = torch.arange(length, device=q.device)
         buffer = v.new_empty(batch, heads, min(chunk_size, length), d_v + 1)
         # Per-chunk buffers are reused, not reallocated: a fresh multi-MB tensor per chunk costs
