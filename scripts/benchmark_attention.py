@@ -110,10 +110,9 @@ def warm_up(forward: Callable, forward_backward: Callable, args) -> float:
     return (torch.cuda.max_memory_allocated(args.device) - before) / 2**20
 
 
-def run(args) -> list[dict]:
+def run(variants: dict[str, Callable], args) -> list[dict]:
     """Every variant at every length. The variants of one length are timed round-robin
     (interleaved_medians), so the ratios between them come from the same moments."""
-    variants = build_variants(args)
     rows, last_ms = [], {}
     for length in args.lengths:
         cases, length_rows = {}, {}
@@ -214,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"device={args.device} dtype={args.dtype} batch={args.batch} heads={args.heads} "
           f"head_dim={args.head_dim} causal={args.causal} threads={torch.get_num_threads()}")
     variants = build_variants(args)
-    rows = run(args)
+    rows = run(variants, args)
     write_csv(args.out, rows)
     print("\n".join(["", *summarise(rows, variants, args), f"CSV: {args.out}"]))
     if "performer" in variants and not args.causal and args.error_scales:
