@@ -16,11 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.files import write_atomic
 from linarena.analysis.order import task_sort_key
 from linarena.analysis.plots import plot_accuracy_vs_throughput
 from linarena.analysis.runs import check_unique, load_local_runs, load_wandb_runs, parse_filters
 from linarena.analysis.table import aggregate_runs, to_markdown
+from linarena.files import write_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 import linarena
 from linarena.analysis.bench_cases import CaseSpec, run_case
-from linarena.analysis.files import write_atomic
+from linarena.files import write_atomic
 
 CSV_COLUMNS = [
     "attention", "length", "what", "batch", "device", "dtype", "threads",

@@ -14,8 +14,8 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
 
-from linarena.analysis.files import write_atomic
 from linarena.analysis.order import ATTENTION_ORDER, attention_sort_key
+from linarena.files import write_atomic
 
 WHAT_TITLES = {
     "model_step": "training step (fwd + bwd + AdamW)",

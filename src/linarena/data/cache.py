@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from linarena.files import write_atomic
+
 # Bump when the meaning or layout of cached tensors changes: old caches are then rebuilt.
 FORMAT_VERSION = 1
 
@@ -51,17 +53,7 @@ def save_tensors(
         "tensors": {name: t.contiguous() for name, t in tensors.items()},
         "checksums": {name: tensor_checksum(t) for name, t in tensors.items()},
     }
-    # A per-process temporary name in the same folder (so the rename is atomic); unlike mkstemp
-    # this keeps the usual permissions, so other users of a shared data folder can read the cache.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, lambda handle: torch.save(payload, handle), binary=True)
 
 
 def load_tensors(path: Path, config: Mapping[str, Any]) -> dict[str, torch.Tensor] | None:

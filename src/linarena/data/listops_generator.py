@@ -25,6 +25,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from linarena.files import write_atomic
+
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
 OPERATOR_PROBABILITY = 0.25
@@ -204,14 +206,12 @@ def write_listops_files(
     ):
         for split, size in sizes.items():
             path = folder / f"basic_{split}.tsv"
-            tmp = path.with_name(f".{path.name}.tmp")
-            try:
-                with open(tmp, "w", newline="") as handle:
-                    writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-                    writer.writerow(["Source", "Target"])
-                    for example in itertools.islice(stream, size):
-                        writer.writerow(example)
-                        bar.update()
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
+
+            def write(handle, size=size):
+                writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+                writer.writerow(["Source", "Target"])
+                for example in itertools.islice(stream, size):
+                    writer.writerow(example)
+                    bar.update()
+
+            write_atomic(path, write)

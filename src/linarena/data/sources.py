@@ -10,6 +10,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from linarena.data.errors import missing_data_error
+from linarena.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +57,16 @@ def download(url: str, destination: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -
     """
     destination.parent.mkdir(parents=True, exist_ok=True)
     log.info("Downloading %s to %s", url, destination)
-    tmp = destination.with_name(f".{destination.name}.{os.getpid()}.part")
-    try:
-        with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=destination.name) as bar:
-                while chunk := response.read(1 << 20):
-                    out.write(chunk)
-                    bar.update(len(chunk))
-        os.replace(tmp, destination)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with (
+        atomic_path(destination) as tmp,
+        open(tmp, "wb") as out,
+        urllib.request.urlopen(url, timeout=timeout) as response,
+    ):
+        total = int(response.headers.get("Content-Length") or 0) or None
+        with tqdm(total=total, unit="B", unit_scale=True, desc=destination.name) as bar:
+            while chunk := response.read(1 << 20):
+                out.write(chunk)
+                bar.update(len(chunk))
 
 
 def reads_official(

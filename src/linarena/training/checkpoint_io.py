@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from linarena.files import atomic_path
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -24,12 +25,5 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" in str(path) or storage_options is not None:
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
+        with atomic_path(path) as tmp:
             torch.save(checkpoint, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import uuid
 from pathlib import Path
 from typing import Any
+
+from linarena.files import write_text_atomic
 
 SUMMARY_FILE = "summary.json"
 METRIC_KEYS = (
@@ -20,17 +20,6 @@ METRIC_KEYS = (
     "model/params",
 )
 
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def finite_or_none(value: Any) -> float | None:

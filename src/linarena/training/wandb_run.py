@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig
 
-from linarena.training.summary import write_text_atomic
+from linarena.files import write_text_atomic
 
 RUN_ID_FILE = "wandb_run_id.txt"
 STEP_METRIC = "trainer/global_step"
