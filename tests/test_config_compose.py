@@ -27,7 +27,7 @@ def build_model(overrides: list[str]):
         cfg.model,
         vocab_size=datamodule.vocab_size,
         num_classes=datamodule.num_classes,
-        task=datamodule.task,
+        head_kind=datamodule.task,
         attention=instantiate(cfg.attention),
     )
     return cfg, datamodule, model
@@ -52,7 +52,7 @@ def test_every_data_and_attention_config_builds_a_model(data: str, attention: st
 @pytest.mark.parametrize("attention", ATTENTIONS)
 def test_every_experiment_config_builds_a_model(experiment: str, attention: str) -> None:
     cfg, datamodule, model = build_model([f"experiment={experiment}", f"attention={attention}"])
-    assert model.task == datamodule.task
+    assert model.head_kind == datamodule.task
     assert cfg.model.d_model % cfg.model.num_heads == 0
 
 

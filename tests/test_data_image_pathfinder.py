@@ -21,8 +21,10 @@ def test_grayscale_formula_on_known_pixels():
         [[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 255], [1, 1, 2]], dtype=np.uint8
     )
     images = rgb.T.reshape(1, 3, 1, 5)  # 1 image, channels first, 1 x 5 pixels
-    # 0.299*255 = 76.245, 0.587*255 = 149.685, 0.114*255 = 29.07, white, 1.114 -> 1
-    assert to_grayscale(images).tolist() == [[76, 150, 29, 255, 1]]
+    # tf.image.rgb_to_grayscale (LRA): truncate(255.5 * sum(w * x / 255)) with w = 0.2989,
+    # 0.5870, 0.1140: 76.37 -> 76, 149.98 -> 149 (rounding the luma would give 150), 29.13 -> 29,
+    # 255.47 -> 255, 1.34 -> 1
+    assert to_grayscale(images).tolist() == [[76, 149, 29, 255, 1]]
 
 
 def test_image_split_sizes_tokens_and_labels(tmp_path):
@@ -177,3 +179,30 @@ def test_pathfinder_official_source_missing(tmp_path):
     message = str(error.value)
     assert str(tmp_path.resolve() / "lra_release/pathfinder32/curv_contour_length_14") in message
     assert "lra_release.gz" in message
+
+
+def test_zero_pixel_is_padding_masks_black_pixels_and_keeps_pixel_values(tmp_path):
+    """The LRA setting: token = pixel value, black (0) is padding, vocabulary 256."""
+    written = write_cifar_folder(tmp_path, per_file=4)
+    dm = ImageDataModule(tmp_path, num_val=5, download=False, zero_pixel_is_padding=True)
+    assert dm.vocab_size == 256
+    dm.setup()
+    grey = torch.from_numpy(to_grayscale(written["test_batch.bin"][1]).astype(np.int64))
+    grey[0, :40] = 0  # make sure some pixels are black
+    dm.datasets["test"].sequences.values[:40] = 0
+    batch = next(iter(dm.test_dataloader()))
+    assert torch.equal(batch["tokens"], grey)
+    assert torch.equal(batch["mask"], grey > 0)
+
+
+def test_pathfinder_zero_pixel_is_padding(tmp_path):
+    _, images = write_pathfinder_release(tmp_path, count=6, per_folder=5, empty=())
+    dm = PathfinderDataModule(
+        tmp_path, batch_size=6, num_train=100, num_val=1, num_test=1, zero_pixel_is_padding=True
+    )
+    assert dm.vocab_size == 256
+    dm.setup()
+    expected = {tuple(pixels.reshape(-1).astype(int).tolist()) for pixels, _ in images.values()}
+    batch = next(iter(dm.train_dataloader()))
+    assert {tuple(row) for row in batch["tokens"].tolist()} <= expected
+    assert torch.equal(batch["mask"], batch["tokens"] > 0) and not batch["mask"].all()

@@ -26,7 +26,7 @@ def tiny_model(positions: str = "learned") -> TransformerClassifier:
     return TransformerClassifier(
         vocab_size=10,
         num_classes=3,
-        task="sequence",
+        head_kind="sequence",
         attention=partial(SoftmaxAttention),
         d_model=8,
         num_heads=2,
@@ -43,11 +43,36 @@ def test_weight_decay_applies_to_weight_matrices_only() -> None:
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     decayed = {id(p) for p in decay["params"]}
     names = {name: id(p) in decayed for name, p in model.named_parameters()}
-    assert names["blocks.0.attention.qkv.weight"] and names["head.fc1.weight"]
+    assert names["blocks.0.attention.qkv.weight"] and names["head.layers.0.weight"]
     for name, is_decayed in names.items():
         if name.endswith("bias") or "norm" in name or name.startswith("embedding."):
             assert not is_decayed, name
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_weight_decay_scope_all_decays_every_parameter_in_one_group() -> None:
+    model = tiny_model()
+    (group,) = parameter_groups(model, weight_decay=0.1, scope="all")
+    assert group["weight_decay"] == 0.1
+    assert {id(p) for p in group["params"]} == {id(p) for p in model.parameters()}
+
+
+def test_scope_all_step_is_flax_adam_with_decoupled_decay() -> None:
+    """flax.optim.Adam(weight_decay=wd) (LRA): p <- p - lr * (m_hat / (sqrt(v_hat) + eps) + wd * p),
+    for every parameter, LayerNorm and embeddings included."""
+    model = nn.Sequential(nn.Embedding(4, 3), nn.LayerNorm(3))
+    settings = OptimSettings(
+        lr=0.1, weight_decay=0.5, weight_decay_scope="all", betas=(0.9, 0.98), eps=1e-9
+    )
+    optimizer = build_optimizer(model, settings)
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.tensor([1, 2])).square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    optimizer.step()
+    for p, p0, g in zip(model.parameters(), before, grads, strict=True):
+        m_hat, v_hat = g, g.square()  # first step: bias-corrected moments are g and g^2
+        expected = p0 - 0.1 * (m_hat / (v_hat.sqrt() + 1e-9) + 0.5 * p0)
+        torch.testing.assert_close(p.detach(), expected)
 
 
 def test_warmup_is_linear_and_reaches_the_peak() -> None:
@@ -78,6 +103,11 @@ def test_scheduler_steps_the_optimizer_lr() -> None:
         scheduler.step()
     assert seen == pytest.approx([0.005, 0.01, 0.01])
     assert optimizer.defaults["betas"] == (0.9, 0.98)
+
+
+def test_unknown_weight_decay_scope_names_the_key() -> None:
+    with pytest.raises(ValueError, match=r"optim\.weight_decay_scope"):
+        OptimSettings(weight_decay_scope="some")
 
 
 def test_bad_optim_settings_name_the_key() -> None:

@@ -107,7 +107,7 @@ def build_classifier(spec: CaseSpec) -> torch.nn.Module:
     model = TransformerClassifier(
         vocab_size=shape.vocab_size,
         num_classes=shape.num_classes,
-        task="sequence",
+        head_kind="sequence",
         attention=load_attention_partial(spec),
         **model_config(spec),
     )

@@ -20,8 +20,9 @@ from linarena.attention.linear_kernels import FeatureVjp
 class CosformerAttention(LinearAttention):
     """Linear attention with weight relu(q_i) . relu(k_j) * cos(pi/2 * (i - j) / M).
 
-    Bidirectional: M is each sequence's real length (the number of True values in its mask),
-    so padding never changes a real token's output. Causal: M = max_length, fixed, so that no
+    Bidirectional: M is each sequence's real extent (its last real position + 1: its length
+    under right padding), so padding never changes a real token's output and, with holes in the
+    mask, every weight stays positive. Causal: M = max_length, fixed, so that no
     output depends on how long the sequence will become; longer inputs are an error.
 
     Args:
@@ -66,8 +67,10 @@ class CosformerAttention(LinearAttention):
             return torch.full((batch,), self.max_length, device=device)
         if mask is None:
             return torch.full((batch,), length, device=device)
-        # A fully padded row would give M = 0; its outputs are unused, keep them finite.
-        return mask.sum(dim=-1).clamp_min(1)
+        # M = last real position + 1: the real length under right padding, and beyond every
+        # distance between real tokens under any mask (holes, e.g. black pixels as padding), so
+        # the weight stays positive. A fully padded row gets M = length (finite, unused).
+        return length - mask.flip(-1).int().argmax(dim=-1)
 
     def check_length(self, length: int) -> None:
         if self.causal and length > self.max_length:

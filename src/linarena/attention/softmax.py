@@ -15,12 +15,17 @@ class SoftmaxAttention(nn.Module):
     Args:
         head_dim: size of each head's q and k vectors.
         causal: position i attends to positions <= i only.
+        dropout: dropout probability on the attention weights (after the softmax, as in LRA),
+            in training mode only.
     """
 
-    def __init__(self, head_dim: int, causal: bool = False) -> None:
+    def __init__(self, head_dim: int, causal: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"attention dropout must be in [0, 1), got {dropout}.")
         self.head_dim = head_dim
         self.causal = causal
+        self.dropout = dropout
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
@@ -28,12 +33,15 @@ class SoftmaxAttention(nn.Module):
         Returns (batch, heads, length, head_dim).
         """
         check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        dropout_p = self.dropout if self.training else 0.0
         if self.causal or mask is None:
             # Right padding: under a causal mask a real query never sees a padded key, so the
             # key mask is redundant and the flash kernel (which takes no explicit mask) stays usable.
-            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            return F.scaled_dot_product_attention(
+                q, k, v, is_causal=self.causal, dropout_p=dropout_p
+            )
         key_mask = mask[:, None, None, :]  # (batch, 1, 1, length), broadcast over heads and queries
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, causal={self.causal}"
+        return f"head_dim={self.head_dim}, causal={self.causal}, dropout={self.dropout}"

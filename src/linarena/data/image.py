@@ -44,18 +44,30 @@ def parse_cifar_records(data: bytes, path: Path | str) -> tuple[np.ndarray, np.n
     return images, labels
 
 
+# tf.image.rgb_to_grayscale's weights (ITU-R BT.601 luma, rounded as TensorFlow has them).
+TF_GREY_WEIGHTS = (0.2989, 0.5870, 0.1140)
+
+
 def to_grayscale(images: np.ndarray) -> np.ndarray:
-    """ITU-R BT.601 luma, rounded half up: (299 R + 587 G + 114 B + 500) // 1000.
+    """Grey levels as the LRA pipeline computes them: tf.image.rgb_to_grayscale on uint8, then
+    tf.cast to int32. TensorFlow converts to float32 in [0, 1] (x * (1/255)), takes the weighted
+    sum with TF_GREY_WEIGHTS in float32 and converts back by truncating x * 255.5 (its
+    convert_image_dtype). Reimplemented here in float32 from that definition.
 
     images: uint8 (n, 3, H, W). Returns uint8 (n, H * W), pixels in row-major order.
     """
-    r, g, b = (images[:, channel].astype(np.int32) for channel in range(3))
-    grey = (299 * r + 587 * g + 114 * b + 500) // 1000
-    return grey.reshape(len(images), -1).astype(np.uint8)
+    unit = images.astype(np.float32) * np.float32(1.0 / 255.0)
+    r, g, b = (unit[:, channel] for channel in range(3))
+    w_r, w_g, w_b = (np.float32(w) for w in TF_GREY_WEIGHTS)
+    grey = r * w_r + g * w_g + b * w_b
+    return (grey * np.float32(255.5)).astype(np.uint8).reshape(len(images), -1)
 
 
 class ImageDataModule(LRADataModule):
-    """CIFAR-10 as 1024 grey pixel tokens (token = pixel + 1); 10 classes.
+    """CIFAR-10 as 1024 grey pixel tokens; 10 classes.
+
+    Tokens: pixel + 1 (vocabulary 257, every pixel real), or with `zero_pixel_is_padding` the
+    pixel itself with black pixels (0) masked as padding (vocabulary 256), as the LRA code does.
 
     Reads `<data_dir>/cifar-10-batches-bin/` or `<data_dir>/cifar-10-binary.tar.gz` (the binary
     version; downloaded when absent and `download` is true). The 50,000 training images are split
@@ -74,6 +86,7 @@ class ImageDataModule(LRADataModule):
         max_length: int = IMAGE_SIDE * IMAGE_SIDE,
         num_val: int = 5_000,
         download: bool = True,
+        zero_pixel_is_padding: bool = False,
     ) -> None:
         super().__init__(data_dir, batch_size, num_workers, seed, max_length)
         if max_length != IMAGE_SIDE * IMAGE_SIDE:
@@ -83,11 +96,13 @@ class ImageDataModule(LRADataModule):
             )
         self.name, self.task = "image", "sequence"
         self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, NUM_CLASSES
+        if zero_pixel_is_padding:  # token = pixel, so black pixels get the padding id 0
+            self.token_shift, self.vocab_size = 0, BYTE_VOCAB_SIZE - 1
         self.num_val = num_val
         self.download = download
 
     def cache_config(self) -> dict[str, Any]:
-        return {"seed": self.seed, "num_val": self.num_val}
+        return {"seed": self.seed, "num_val": self.num_val, "grey": "tensorflow"}
 
     def read_files(self) -> dict[str, bytes]:
         """Contents of the six binary batch files, by file name, downloading if allowed."""

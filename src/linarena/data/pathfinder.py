@@ -87,7 +87,10 @@ def read_pathfinder_images(
 
 
 class PathfinderDataModule(LRADataModule):
-    """Pathfinder images as resolution**2 grey pixel tokens (token = pixel + 1); 2 classes.
+    """Pathfinder images as resolution**2 grey pixel tokens; 2 classes.
+
+    Tokens: pixel + 1 (vocabulary 257, every pixel real), or with `zero_pixel_is_padding` the
+    pixel itself with black pixels (0) masked as padding (vocabulary 256), as the LRA code does.
 
     Reads `<data_dir>/lra_release/pathfinder<res>/<difficulty>/` when present (or with
     `source="official"`), otherwise generates `num_train + num_val + num_test` images in the same
@@ -113,6 +116,7 @@ class PathfinderDataModule(LRADataModule):
         num_val: int = 20_000,
         num_test: int = 20_000,
         generator_workers: int | None = None,
+        zero_pixel_is_padding: bool = False,
     ) -> None:
         super().__init__(data_dir, batch_size, num_workers, seed, max_length)
         check_source(source)
@@ -132,6 +136,8 @@ class PathfinderDataModule(LRADataModule):
         self.name = "pathx" if resolution == 128 else f"pathfinder{resolution}"
         self.task = "sequence"
         self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, 2
+        if zero_pixel_is_padding:  # token = pixel, so black pixels get the padding id 0
+            self.token_shift, self.vocab_size = 0, BYTE_VOCAB_SIZE - 1
         self.resolution, self.difficulty, self.source = resolution, difficulty, source
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}
         self.generator_workers = generator_workers

@@ -1,34 +1,57 @@
-"""Pre-LayerNorm Transformer block with a pluggable attention core."""
+"""Pre-LayerNorm Transformer block with a pluggable attention core, initialised as in LRA."""
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+# flax.nn.LayerNorm's default, which the LRA models use.
+LAYER_NORM_EPS = 1e-6
+# LRA's Dense biases in the blocks start at N(0, 1e-6): zero for all practical purposes.
+BIAS_INIT_STD = 1e-6
+
 
 class MultiHeadAttention(nn.Module):
     """Projects to per-head q, k, v, runs the attention core, merges the heads.
 
+    As in LRA (flax SelfAttention with bias=False): the q, k, v and output projections have no
+    biases, and each is initialised xavier-uniform on its own (d_model, qkv_dim) matrix.
+
     Args:
-        d_model: model width; must be divisible by num_heads.
-        num_heads: number of heads.
+        d_model: model width (input and output features).
+        num_heads: number of heads; qkv_dim must be divisible by it.
         core: attention module with forward(q, k, v, mask) on (batch, heads, length, head_dim).
+        qkv_dim: total width of q, k and v over all heads (LRA's qkv_dim); None means d_model.
     """
 
-    def __init__(self, d_model: int, num_heads: int, core: nn.Module) -> None:
+    def __init__(
+        self, d_model: int, num_heads: int, core: nn.Module, qkv_dim: int | None = None
+    ) -> None:
         super().__init__()
         self.num_heads = num_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.qkv_dim = d_model if qkv_dim is None else qkv_dim
+        self.qkv = nn.Linear(d_model, 3 * self.qkv_dim, bias=False)
         self.core = core
-        self.out = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(self.qkv_dim, d_model, bias=False)
+        for projection in self.qkv.weight.chunk(3, dim=0):  # q, k, v rows
+            nn.init.xavier_uniform_(projection)
+        nn.init.xavier_uniform_(self.out.weight)
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x: (batch, length, d_model); mask: bool (batch, length) -> (batch, length, d_model)."""
-        batch, length, d_model = x.shape
-        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, d_model // self.num_heads)
+        batch, length, _ = x.shape
+        head_dim = self.qkv_dim // self.num_heads
+        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head_dim)
         heads = self.core(q, k, v, mask=mask)
-        return self.out(heads.transpose(1, 2).reshape(batch, length, d_model))
+        return self.out(heads.transpose(1, 2).reshape(batch, length, self.qkv_dim))
+
+
+def init_dense(layer: nn.Linear) -> nn.Linear:
+    """LRA's Dense initialisation in the blocks: xavier-uniform weight, bias ~ N(0, 1e-6)."""
+    nn.init.xavier_uniform_(layer.weight)
+    nn.init.normal_(layer.bias, std=BIAS_INIT_STD)
+    return layer
 
 
 class FeedForward(nn.Module):
@@ -36,8 +59,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, mlp_dim: int, dropout: float) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(d_model, mlp_dim)
-        self.fc2 = nn.Linear(mlp_dim, d_model)
+        self.fc1 = init_dense(nn.Linear(d_model, mlp_dim))
+        self.fc2 = init_dense(nn.Linear(mlp_dim, d_model))
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -49,12 +72,18 @@ class TransformerBlock(nn.Module):
     """x + attention(LN(x)), then x + MLP(LN(x)), dropout on each residual branch."""
 
     def __init__(
-        self, d_model: int, num_heads: int, mlp_dim: int, dropout: float, core: nn.Module
+        self,
+        d_model: int,
+        num_heads: int,
+        mlp_dim: int,
+        dropout: float,
+        core: nn.Module,
+        qkv_dim: int | None = None,
     ) -> None:
         super().__init__()
-        self.attention_norm = nn.LayerNorm(d_model)
-        self.attention = MultiHeadAttention(d_model, num_heads, core)
-        self.mlp_norm = nn.LayerNorm(d_model)
+        self.attention_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.attention = MultiHeadAttention(d_model, num_heads, core, qkv_dim)
+        self.mlp_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
         self.mlp = FeedForward(d_model, mlp_dim, dropout)
         self.dropout = nn.Dropout(dropout)
 

@@ -22,18 +22,28 @@ def sinusoidal_table(num_positions: int, d_model: int) -> Tensor:
 
 
 class TokenPositionEmbedding(nn.Module):
-    """Embeds token ids and adds a position code, then applies dropout.
+    """Embeds token ids, optionally puts a learned CLS vector in front, adds a position code,
+    then applies dropout (the order of LRA's TransformerEncoder).
 
     Args:
-        num_tokens: rows of the token table; id 0 is padding (zero vector, no gradient).
+        num_tokens: rows of the token table; id 0 is padding (zero vector, no gradient; masked
+            out everywhere, so its value never reaches a real position).
         d_model: embedding width.
-        num_positions: longest sequence accepted (positions 0 .. num_positions - 1).
+        num_positions: longest token sequence accepted, CLS excluded.
         positions: "sinusoidal" (fixed) or "learned".
         dropout: dropout probability on the sum.
+        cls: put a CLS vector (a parameter initialised at zero, as LRA's `cls`) in front; it takes
+            position 0 and the tokens positions 1 .. length.
     """
 
     def __init__(
-        self, num_tokens: int, d_model: int, num_positions: int, positions: str, dropout: float
+        self,
+        num_tokens: int,
+        d_model: int,
+        num_positions: int,
+        positions: str,
+        dropout: float,
+        cls: bool = False,
     ) -> None:
         super().__init__()
         if positions not in POSITION_KINDS:
@@ -41,7 +51,9 @@ class TokenPositionEmbedding(nn.Module):
                 f"model.positions must be one of {list(POSITION_KINDS)}, got {positions!r}."
             )
         self.tokens = nn.Embedding(num_tokens, d_model, padding_idx=0)
+        self.cls = nn.Parameter(torch.zeros(d_model)) if cls else None
         self.positions = positions
+        num_positions += int(cls)
         if positions == "learned":
             self.learned_positions = nn.Embedding(num_positions, d_model)
             nn.init.normal_(self.learned_positions.weight, std=0.02)
@@ -53,10 +65,13 @@ class TokenPositionEmbedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        """tokens: (batch, length) int64 -> (batch, length, d_model)."""
-        length = tokens.shape[1]
+        """tokens: (batch, length) int64 -> (batch, length + 1 if cls else length, d_model)."""
+        x = self.tokens(tokens)
+        if self.cls is not None:
+            x = torch.cat([self.cls.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
+        length = x.shape[1]
         if self.positions == "learned":
             position_codes = self.learned_positions.weight[:length]
         else:
             position_codes = self.position_table[:length]
-        return self.dropout(self.tokens(tokens) + position_codes)
+        return self.dropout(x + position_codes)

@@ -7,110 +7,113 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from linarena.models.blocks import TransformerBlock
+from linarena.models.blocks import LAYER_NORM_EPS, TransformerBlock
 from linarena.models.embedding import TokenPositionEmbedding
+from linarena.models.heads import ClassifierHead, PairHead
 
-TASKS = ("sequence", "pair", "token")
-POOLINGS = ("cls", "mean")
+HEAD_KINDS = ("sequence", "pair", "token")
+POOLINGS = ("cls", "mean", "first")
 
 
 class SequenceTooLongError(ValueError):
     """An input is longer than the model's position table (model.max_length)."""
 
 
-class ClassifierHead(nn.Module):
-    """Dense(hidden) - ReLU - Dense(num_classes), the LRA classifier head."""
-
-    def __init__(self, in_features: int, hidden: int, num_classes: int) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(in_features, hidden)
-        self.fc2 = nn.Linear(hidden, num_classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (..., in_features) -> (..., num_classes)."""
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
 class TransformerClassifier(nn.Module):
     """Embedding, num_layers pre-LN blocks, final LayerNorm, pooling and a classifier head.
 
     Args:
-        vocab_size: token ids are 0 .. vocab_size - 1, 0 being padding. With CLS pooling the
-            model adds its own CLS id, vocab_size, so the embedding has vocab_size + 1 rows.
+        vocab_size: token ids are 0 .. vocab_size - 1, 0 being padding.
         num_classes: output classes.
-        task: "sequence" (one label per sequence), "pair" (one label per pair of documents,
-            dual encoder with head on [u, v, u*v, u-v]) or "token" (a label per position).
+        head_kind: "sequence" (one label per sequence), "pair" (one label per pair of documents,
+            dual encoder: one encoder for both, then `pair_head`) or "token" (a label per
+            position). Given by the data (the datamodule's `task`), not by the model config.
         attention: builds one attention core per layer: attention(head_dim=..., causal=...).
         d_model, num_heads, num_layers, mlp_dim, dropout: Transformer sizes.
+        qkv_dim: total q/k/v width over the heads (LRA's qkv_dim), so head_dim = qkv_dim //
+            num_heads; None means d_model.
         max_length: longest input accepted (tokens per sequence or per document, CLS excluded).
-        pooling: "cls" (a CLS token in front) or "mean" (mean over real tokens); unused for
-            task "token".
+        pooling: "cls" (a learned CLS vector in front), "mean" (mean over real tokens, i.e.
+            where the mask is True) or "first" (the first position's output, no CLS: LRA's dual
+            encoder); unused for head_kind "token".
         positions: "sinusoidal" or "learned".
-        causal: position i attends to positions <= i only (needs mean pooling or task "token").
+        causal: position i attends to positions <= i only (needs mean pooling or head "token").
+        pair_head: for head_kind "pair": "lra" ([u, v], two hidden layers) or "nli"
+            ([u, v, u*v, u-v], one hidden layer).
     """
 
     def __init__(
         self,
         vocab_size: int,
         num_classes: int,
-        task: str,
+        head_kind: str,
         attention: Callable[..., nn.Module],
         d_model: int = 128,
         num_heads: int = 4,
         num_layers: int = 2,
         mlp_dim: int = 256,
         dropout: float = 0.1,
+        qkv_dim: int | None = None,
         max_length: int = 512,
         pooling: str = "cls",
         positions: str = "sinusoidal",
         causal: bool = False,
+        pair_head: str = "nli",
     ) -> None:
         super().__init__()
-        check_model_args(task, d_model, num_heads, pooling, causal)
-        self.task = task
+        width_key = "d_model" if qkv_dim is None else "qkv_dim"
+        qkv_dim = d_model if qkv_dim is None else qkv_dim
+        check_model_args(head_kind, qkv_dim, width_key, num_heads, pooling, causal)
+        self.head_kind = head_kind
         self.max_length = max_length
         self.pooling = pooling
-        self.uses_cls = task != "token" and pooling == "cls"
-        self.cls_id = vocab_size
-        extra = int(self.uses_cls)
+        self.uses_cls = head_kind != "token" and pooling == "cls"
         self.embedding = TokenPositionEmbedding(
-            vocab_size + extra, d_model, max_length + extra, positions, dropout
+            vocab_size, d_model, max_length, positions, dropout, cls=self.uses_cls
         )
-        head_dim = d_model // num_heads
+        head_dim = qkv_dim // num_heads
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                d_model, num_heads, mlp_dim, dropout, attention(head_dim=head_dim, causal=causal)
+                d_model,
+                num_heads,
+                mlp_dim,
+                dropout,
+                attention(head_dim=head_dim, causal=causal),
+                qkv_dim,
             )
             for _ in range(num_layers)
         )
-        self.final_norm = nn.LayerNorm(d_model)
-        head_in = 4 * d_model if task == "pair" else d_model
-        self.head = ClassifierHead(head_in, mlp_dim, num_classes)
+        self.final_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        if head_kind == "pair":
+            self.head: nn.Module = PairHead(d_model, mlp_dim, num_classes, pair_head)
+        else:
+            self.head = ClassifierHead(d_model, [mlp_dim], num_classes)
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        """tokens, mask: (batch, length), or (batch, 2, length) for task "pair"; mask is bool,
-        True for real tokens, right-padded.
+        """tokens, mask: (batch, length), or (batch, 2, length) for head_kind "pair"; mask is
+        bool, True for real tokens (any pattern: right padding or holes, e.g. black pixels).
 
-        Returns logits (batch, num_classes), or (batch, length, num_classes) for task "token".
+        Returns logits (batch, num_classes), or (batch, length, num_classes) for "token".
         """
-        if self.task == "pair":
+        if self.head_kind == "pair":
             if tokens.dim() != 3 or tokens.shape[1] != 2:
                 raise ValueError(
-                    f"task 'pair' expects tokens of shape (batch, 2, length), got {tuple(tokens.shape)}."
+                    "head_kind 'pair' expects tokens of shape (batch, 2, length), got "
+                    f"{tuple(tokens.shape)}."
                 )
             batch = tokens.shape[0]
             # One encoder pass over both documents: (2 * batch, length) -> (2 * batch, d_model).
             pooled = self.pool(*self.encode(tokens.flatten(0, 1), mask.flatten(0, 1)))
             u, v = pooled.view(batch, 2, -1).unbind(1)
-            return self.head(torch.cat([u, v, u * v, u - v], dim=-1))
+            return self.head(u, v)
         hidden, hidden_mask = self.encode(tokens, mask)
-        if self.task == "token":
+        if self.head_kind == "token":
             return self.head(hidden)
         return self.head(self.pool(hidden, hidden_mask))
 
     def encode(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """tokens, mask: (batch, length) -> hidden states (batch, length', d_model) and their mask
-        (batch, length'), length' = length + 1 when a CLS token is put in front."""
+        (batch, length'), length' = length + 1 when a CLS vector is put in front."""
         if tokens.shape[1] > self.max_length:
             raise SequenceTooLongError(
                 f"An input has {tokens.shape[1]} tokens but the model accepts at most "
@@ -118,10 +121,11 @@ class TransformerClassifier(nn.Module):
                 f"or larger, or shorten the inputs with data.max_length={self.max_length}."
             )
         mask = mask.bool()
+        # A sequence with no real token at all (e.g. an all-black image when black pixels are
+        # padding) is read as all real: softmax over zero keys is undefined.
+        mask = mask | ~mask.any(dim=1, keepdim=True)
         if self.uses_cls:
-            cls = torch.full_like(tokens[:, :1], self.cls_id)
-            tokens = torch.cat([cls, tokens], dim=1)
-            mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
+            mask = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)  # CLS is real
         x = self.embedding(tokens)
         for block in self.blocks:
             x = block(x, mask)
@@ -129,26 +133,28 @@ class TransformerClassifier(nn.Module):
 
     def pool(self, hidden: Tensor, mask: Tensor) -> Tensor:
         """hidden: (batch, length, d_model), mask: (batch, length) -> (batch, d_model)."""
-        if self.uses_cls:
+        if self.pooling in ("cls", "first"):
             return hidden[:, 0]
         weights = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
 
-def check_model_args(task: str, d_model: int, num_heads: int, pooling: str, causal: bool) -> None:
+def check_model_args(
+    head_kind: str, width: int, width_key: str, num_heads: int, pooling: str, causal: bool
+) -> None:
     """Raise ValueError with the config key to change for inconsistent model settings."""
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {list(TASKS)}, got {task!r}.")
+    if head_kind not in HEAD_KINDS:
+        raise ValueError(f"head_kind must be one of {list(HEAD_KINDS)}, got {head_kind!r}.")
     if pooling not in POOLINGS:
         raise ValueError(f"model.pooling must be one of {list(POOLINGS)}, got {pooling!r}.")
-    if num_heads < 1 or d_model % num_heads != 0:
+    if num_heads < 1 or width % num_heads != 0:
         raise ValueError(
-            f"model.d_model={d_model} must be divisible by model.num_heads={num_heads} "
-            f"(each head gets d_model // num_heads dimensions). Change model.num_heads to a "
-            f"divisor of {d_model}, or model.d_model to a multiple of {num_heads}."
+            f"model.{width_key}={width} must be divisible by model.num_heads={num_heads} "
+            f"(each head gets {width_key} // num_heads dimensions). Change model.num_heads to a "
+            f"divisor of {width}, or model.{width_key} to a multiple of {num_heads}."
         )
-    if causal and pooling == "cls" and task != "token":
+    if causal and pooling in ("cls", "first") and head_kind != "token":
         raise ValueError(
-            "model.causal=true with model.pooling=cls: under a causal mask the CLS token in "
-            "front sees only itself. Set model.pooling=mean (or use a per-token task)."
+            f"model.causal=true with model.pooling={pooling}: under a causal mask the first "
+            "position sees only itself. Set model.pooling=mean (or use a per-token task)."
         )

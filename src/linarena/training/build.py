@@ -98,7 +98,7 @@ def build_components(
         "model",
         vocab_size=datamodule.vocab_size,
         num_classes=datamodule.num_classes,
-        task=datamodule.task,
+        head_kind=datamodule.task,
         attention=instantiate_group(cfg.attention, "attention"),
     )
     optim = instantiate_group(cfg.optim, "optim", _convert_="all")

@@ -17,7 +17,7 @@ from linarena.training.errors import ConfigError
 
 # Filled in by the code from the datamodule or per layer, never set in the config.
 INJECTED = {
-    "model": {"vocab_size", "num_classes", "task", "attention"},
+    "model": {"vocab_size", "num_classes", "head_kind", "attention"},
     "attention": {"head_dim", "causal"},
     "trainer": {"callbacks", "logger", "precision", "plugins"},
 }
@@ -85,12 +85,13 @@ def check_config(cfg: DictConfig) -> None:
             check_keys(node, f"callbacks.{name}")
     check_validation_runs(cfg.trainer)
     model = cfg.model
-    if model.num_heads < 1 or model.d_model % model.num_heads != 0:
+    width_key = "qkv_dim" if model.get("qkv_dim") else "d_model"
+    width = model[width_key]
+    if model.num_heads < 1 or width % model.num_heads != 0:
         raise ConfigError(
-            f"model.d_model={model.d_model} is not divisible by model.num_heads="
-            f"{model.num_heads}: each head gets d_model // num_heads dimensions. Change "
-            f"model.num_heads to a divisor of {model.d_model} or model.d_model to a multiple "
-            f"of {model.num_heads}."
+            f"model.{width_key}={width} is not divisible by model.num_heads={model.num_heads}: "
+            f"each head gets {width_key} // num_heads dimensions. Change model.num_heads to a "
+            f"divisor of {width} or model.{width_key} to a multiple of {model.num_heads}."
         )
     if model.causal and "max_length" in cfg.attention and cfg.attention.max_length is None:
         raise ConfigError(

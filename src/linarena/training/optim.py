@@ -9,6 +9,10 @@ import torch
 from torch import nn
 
 SCHEDULES = ("rsqrt", "cosine", "constant")
+# "matrices": weight matrices decay; norms, biases and embedding tables do not (usual practice).
+# "all": every parameter decays, as flax.optim.Adam(weight_decay=...) does in the LRA code. Its
+#   update, p -= lr * (adam_step + weight_decay * p), is torch AdamW's with one group.
+DECAY_SCOPES = ("matrices", "all")
 
 
 @dataclass(frozen=True)
@@ -17,7 +21,8 @@ class OptimSettings:
 
     Args:
         lr: peak learning rate, reached at the end of warmup.
-        weight_decay: decoupled weight decay on weight matrices (not norms, biases, embeddings).
+        weight_decay: decoupled weight decay, scaled by the scheduled lr (AdamW and flax Adam).
+        weight_decay_scope: which parameters decay: "matrices" or "all" (see DECAY_SCOPES).
         betas, eps: AdamW moments and epsilon.
         schedule: after warmup, "rsqrt" (lr * sqrt(warmup / step)), "cosine" (to 0 at the last
             step) or "constant".
@@ -26,6 +31,7 @@ class OptimSettings:
 
     lr: float = 1e-3
     weight_decay: float = 0.01
+    weight_decay_scope: str = "matrices"
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     schedule: str = "rsqrt"
@@ -37,6 +43,11 @@ class OptimSettings:
             raise ValueError(
                 f"optim.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}."
             )
+        if self.weight_decay_scope not in DECAY_SCOPES:
+            raise ValueError(
+                f"optim.weight_decay_scope must be one of {list(DECAY_SCOPES)}, got "
+                f"{self.weight_decay_scope!r}."
+            )
         if not self.lr > 0:
             raise ValueError(f"optim.lr must be positive, got {self.lr}.")
         if self.weight_decay < 0:
@@ -47,8 +58,12 @@ class OptimSettings:
             raise ValueError(f"optim.betas must be two numbers, got {list(self.betas)}.")
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two AdamW groups: weight matrices decay; norms, biases and embedding tables do not."""
+def parameter_groups(model: nn.Module, weight_decay: float, scope: str = "matrices") -> list[dict]:
+    """AdamW groups. scope "matrices": weight matrices decay; norms, biases and embedding tables
+    do not. scope "all": one group, everything decays."""
+    if scope == "all":
+        params = [p for p in model.parameters() if p.requires_grad]
+        return [{"params": params, "weight_decay": weight_decay}]
     no_decay_ids = set()
     for module in model.modules():
         if isinstance(module, nn.Embedding):
@@ -71,7 +86,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def build_optimizer(model: nn.Module, settings: OptimSettings) -> torch.optim.AdamW:
     """AdamW over parameter_groups(model)."""
     return torch.optim.AdamW(
-        parameter_groups(model, settings.weight_decay),
+        parameter_groups(model, settings.weight_decay, settings.weight_decay_scope),
         lr=settings.lr,
         betas=settings.betas,
         eps=settings.eps,

@@ -14,6 +14,7 @@ from lightning.pytorch import Trainer
 from omegaconf import DictConfig
 
 from linarena.training.build import Components, build_components
+from linarena.training.errors import ConfigError
 from linarena.training.summary import SUMMARY_FILE, summary_metrics, write_summary
 from linarena.training.wandb_run import location_message, log_comparison_row, run_info
 
@@ -29,11 +30,27 @@ def hydra_context() -> tuple[bool, str | None]:
     return hydra_cfg.mode == RunMode.MULTIRUN, hydra_cfg.launcher.get("_target_")
 
 
-def best_checkpoint(trainer: Trainer) -> str | None:
-    """The best checkpoint of the first ModelCheckpoint (callbacks/default.yaml: by val/acc), or
-    None to test the weights in memory (e.g. after fast_dev_run, which saves none)."""
-    callback = trainer.checkpoint_callback
-    return getattr(callback, "best_model_path", None) or None
+TEST_CHECKPOINTS = ("best", "last")
+
+
+def read_test_checkpoint(cfg: DictConfig) -> str:
+    """The `test_checkpoint` setting, checked before training starts."""
+    which = str(cfg.get("test_checkpoint", "best"))
+    if which not in TEST_CHECKPOINTS:
+        raise ConfigError(
+            f"test_checkpoint={which!r}: use test_checkpoint=best (best val/acc checkpoint) or "
+            "test_checkpoint=last (the weights at the end of training, as the LRA scripts)."
+        )
+    return which
+
+
+def checkpoint_to_test(trainer: Trainer, which: str) -> str | None:
+    """"best": the best checkpoint of the first ModelCheckpoint (callbacks/default.yaml: by
+    val/acc). "last", or no best checkpoint (fast_dev_run saves none): None, i.e. the weights in
+    memory, which after fit are the final ones."""
+    if which == "last":
+        return None
+    return getattr(trainer.checkpoint_callback, "best_model_path", None) or None
 
 
 def build_summary(
@@ -78,6 +95,7 @@ def train(cfg: DictConfig) -> float:
     started = time.monotonic()
     output_dir = Path(cfg.paths.output_dir).resolve()
     multirun, launcher = hydra_context()
+    which_checkpoint = read_test_checkpoint(cfg)
     parts = build_components(cfg, output_dir, multirun, launcher)
     trainer = parts.trainer
     exit_code = 1
@@ -85,9 +103,8 @@ def train(cfg: DictConfig) -> float:
         trainer.fit(parts.module, datamodule=parts.datamodule, ckpt_path=parts.ckpt_path)
         # Read before testing: loading the best checkpoint would restore an older maximum.
         best_val = parts.module.val_acc_best.compute().item()
-        tested = trainer.test(
-            parts.module, datamodule=parts.datamodule, ckpt_path=best_checkpoint(trainer)
-        )
+        tested_ckpt = checkpoint_to_test(trainer, which_checkpoint)
+        tested = trainer.test(parts.module, datamodule=parts.datamodule, ckpt_path=tested_ckpt)
         metrics = {
             "test/acc": tested[0].get("test/acc"),
             "test/loss": tested[0].get("test/loss"),
@@ -96,6 +113,7 @@ def train(cfg: DictConfig) -> float:
             "model/params": parts.perf.num_params,
         }
         summary = build_summary(cfg, parts, metrics, output_dir, time.monotonic() - started)
+        summary["tested_checkpoint"] = "last" if tested_ckpt is None else "best"
         if trainer.is_global_zero:
             if parts.wandb_logger is not None and wandb.run is not None:
                 known = {k: v for k, v in summary["metrics"].items() if v is not None}
