@@ -85,4 +85,4 @@ class PoisonWeights(Callback):
     ) -> None:
         if trainer.global_step == self.at_step:
             with torch.no_grad():
-                pl_module.model.head.fc2.weight.fill_(float("nan"))
+                pl_module.model.final_norm.weight.fill_(float("nan"))
