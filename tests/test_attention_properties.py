@@ -77,7 +77,7 @@ def test_projection_is_orthogonal_blocks_reproducible_from_seed():
     b = PerformerAttention(16, num_features=40, seed=7)
     c = PerformerAttention(16, num_features=40, seed=8)
     assert a.projection.shape == (40, 16)
-    assert "projection" in dict(a.named_buffers())
+    assert "feature_map.projection" in dict(a.named_buffers())
     assert torch.equal(a.projection, b.projection)
     assert not torch.equal(a.projection, c.projection)
     for start in (0, 16, 32):  # two full blocks and a partial one

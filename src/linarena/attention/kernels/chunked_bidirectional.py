@@ -4,7 +4,7 @@ The keys are summarised in one augmented state S~ = sum_j phi(k_j) [w_j v_j, w_j
 (m, d_v + 1): its first d_v columns are S and its last column is the normaliser z (the usual
 "append a column of ones to v"). One matmul phi(q) S~ then gives numerator and denominator
 together, and the backward pass needs one matmul per gradient instead of a matmul plus a
-matrix-vector product. See linear_kernels.py for the notation (key weights w_j, log-scales).
+matrix-vector product. See common.py for the notation (key weights w_j, log-scales).
 
 Chunking keeps each elementwise pass in cache and its buffers small; not storing phi(q) and
 phi(k) saves two (batch, heads, length, num_features) tensors per layer.
@@ -12,13 +12,16 @@ phi(k) saves two (batch, heads, length, num_features) tensors per layer.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from linarena.attention.buffers import rows, write_into
-from linarena.attention.linear_kernels import (
+from linarena.attention.feature_map import FeatureMap, FeatureVjp
+from linarena.attention.kernels.common import (
     FeatureFn,
-    FeatureVjp,
+    bind_context,
     masked_log_scale,
     plain_weights,
 )
@@ -77,7 +80,7 @@ def _chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
 
 
 class BidirectionalLinearAttention(torch.autograd.Function):
-    """See bidirectional_linear_attention."""
+    """See chunked_bidirectional."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, features, vjp, eps, chunk_size):
@@ -185,15 +188,17 @@ class BidirectionalLinearAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None, None, None, None
 
 
-def bidirectional_linear_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, features: FeatureFn,
-    eps: float, chunk_size: int, vjp: FeatureVjp | None = None,
+def chunked_bidirectional(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, feature_map: FeatureMap,
+    context: Any, eps: float, chunk_size: int,
 ) -> Tensor:
-    """Bidirectional linear attention over chunks of `chunk_size` tokens.
+    """Bidirectional linear attention over chunks of `chunk_size` tokens, with the map's
+    analytic backward (feature_map.vjp) or, without one, autograd through a recomputation.
 
-    q, k: (batch, heads, n, d); v: (batch, heads, n, d_v); mask: bool (batch, n) or None.
-    `vjp`: the analytic backward of `features`, or None to differentiate a recomputation.
-
-    Returns (batch, heads, n, d_v).
+    q, k: (batch, heads, n, d); v: (batch, heads, n, d_v); mask: bool (batch, n) or None;
+    context: feature_map.context(...) of this call. Returns (batch, heads, n, d_v).
     """
-    return BidirectionalLinearAttention.apply(q, k, v, mask, features, vjp, eps, chunk_size)
+    return BidirectionalLinearAttention.apply(
+        q, k, v, mask, bind_context(feature_map, context), feature_map.vjp(context), eps,
+        chunk_size,
+    )
