@@ -7,28 +7,14 @@ import itertools
 import pytest
 import torch
 from attention_reference import softmax_reference
+from conftest import LINEAR_VARIANTS, VARIANTS, build
 
-from linarena.attention import (
-    CosformerAttention,
-    EluAttention,
-    PerformerAttention,
-    SoftmaxAttention,
-)
-
-
-def build(name: str, causal: bool, head_dim: int = 64, max_length: int = 8192):
-    if name == "softmax":
-        return SoftmaxAttention(head_dim, causal=causal)
-    if name == "elu":
-        return EluAttention(head_dim, causal=causal)
-    if name == "performer":
-        return PerformerAttention(head_dim, causal=causal, seed=0)
-    return CosformerAttention(head_dim, causal=causal, max_length=max_length)
+from linarena.attention import CosformerAttention, EluAttention, PerformerAttention
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("name", ["softmax", "elu", "performer", "cosformer"])
+@pytest.mark.parametrize("name", VARIANTS)
 def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype):
     """Length 8192, q/k norms around 30 (as trained models produce): half-precision sums of
     phi(k) overflow fp16 here, exp features overflow or underflow without stabilisers."""
@@ -37,7 +23,7 @@ def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype)
     q, k = (4.0 * torch.randn(shape, generator=g) for _ in range(2))
     v = torch.randn(shape, generator=g)
     q, k, v = (x.to(dtype) for x in (q, k, v))
-    attn = build(name, causal)
+    attn = build(name, causal, head_dim=64, max_length=8192, chunk_size=None)
     with torch.autocast("cpu", dtype=dtype):
         out = attn(q, k, v)
     exact = attn(q.float(), k.float(), v.float())
@@ -48,7 +34,7 @@ def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype)
     assert error.max() < 2e-2 and error.mean() < 3e-3, (error.max(), error.mean())
 
 
-@pytest.mark.parametrize("name", ["elu", "performer", "cosformer"])
+@pytest.mark.parametrize("name", LINEAR_VARIANTS)
 def test_state_and_normaliser_accumulate_in_fp32(name):
     attn = build(name, causal=True, head_dim=8, max_length=16)
     q = torch.randn(1, 2, 8, dtype=torch.bfloat16)
@@ -130,11 +116,11 @@ def test_redraw_before_backward_keeps_gradients(causal):
             attn(q, k, v)  # redraw_interval=1: this call redraws the projection
         return torch.autograd.grad(out.pow(2).sum(), (q, k, v))
 
-    def build():
+    def make():
         return PerformerAttention(8, causal=causal, num_features=16, redraw_interval=1,
                                   seed=3, chunk_size=4).train()
 
-    expected, got = grads(build(), False), grads(build(), True)
+    expected, got = grads(make(), False), grads(make(), True)
     for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
@@ -159,7 +145,7 @@ BAD_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("name", ["softmax", "elu", "performer", "cosformer"])
+@pytest.mark.parametrize("name", VARIANTS)
 @pytest.mark.parametrize(("case", "args", "message"), BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
 def test_bad_inputs_raise_clear_errors(name, case, args, message):
     attn = build(name, causal=False, head_dim=8)
