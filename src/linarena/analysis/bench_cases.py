@@ -21,10 +21,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from linarena.analysis.timing import is_out_of_memory, time_fn
+from linarena.attention.variants import load_variant
 from linarena.models import TransformerClassifier
 
 WHATS = ("model_step", "attention_fwd_bwd")
@@ -92,13 +91,7 @@ def load_attention_partial(spec: CaseSpec) -> Callable[..., torch.nn.Module]:
     training run uses; its interpolations of ``model.*`` keys (e.g. cosFormer's max_length)
     resolve against :func:`model_config`. Returns ``(head_dim=..., causal=...) -> nn.Module``.
     """
-    path = Path(spec.conf_dir) / "attention" / f"{spec.attention}.yaml"
-    if not path.is_file():
-        available = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ValueError(f"unknown attention {spec.attention!r}: {path} does not exist; "
-                         f"valid names: {available}")
-    config = OmegaConf.create({"model": model_config(spec), "attention": OmegaConf.load(path)})
-    return instantiate(config.attention)
+    return load_variant(spec.attention, model_config(spec), Path(spec.conf_dir))
 
 
 def build_classifier(spec: CaseSpec) -> torch.nn.Module:
