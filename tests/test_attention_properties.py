@@ -9,7 +9,12 @@ import torch
 from attention_reference import softmax_reference
 from conftest import LINEAR_VARIANTS, VARIANTS, build
 
-from linarena.attention import CosformerAttention, EluAttention, PerformerAttention
+from linarena.attention import (
+    CosformerAttention,
+    EluAttention,
+    PerformerAttention,
+    SoftmaxAttention,
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -173,3 +178,15 @@ def test_performer_rejects_unknown_kernel_and_bidirectional_step():
     x = torch.randn(1, 1, 8)
     with pytest.raises(RuntimeError, match="causal=True"):
         EluAttention(8).step(x, x, x)
+
+
+def test_causal_softmax_refuses_left_padding():
+    """Causal softmax drops the key mask (the flash kernel takes none), which is exact only for
+    right padding: a left-padded mask would let real queries attend to padded keys."""
+    attn = SoftmaxAttention(8, causal=True)
+    x = torch.randn(2, 1, 5, 8)
+    right = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    attn(x, x, x, right)
+    left = torch.tensor([[True] * 5, [False, False, True, True, True]])
+    with pytest.raises(RuntimeError, match="right-padded"):
+        attn(x, x, x, left)

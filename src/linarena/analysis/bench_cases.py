@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import resource
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 from linarena.analysis.timing import is_out_of_memory, time_fn
 from linarena.attention.variants import load_variant
 from linarena.models import TransformerClassifier
+from linarena.system import peak_rss_mb
 
 WHATS = ("model_step", "attention_fwd_bwd")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -166,17 +166,11 @@ def make_attention_fwd_bwd(spec: CaseSpec) -> Callable[[], None]:
     return fwd_bwd
 
 
-def _peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MB."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024.0  # bytes on macOS, else KiB
-
-
 def _reset_peak_rss_mb() -> float:
     """Reset the peak RSS to the current RSS where Linux allows it; returns the peak after."""
     with suppress(OSError):  # not Linux, or not allowed: keep the process's peak
         Path("/proc/self/clear_refs").write_text("5")  # 5: reset the RSS high-water mark
-    return _peak_rss_mb()
+    return peak_rss_mb()
 
 
 def run_case(spec: CaseSpec) -> dict:
@@ -214,7 +208,7 @@ def run_case(spec: CaseSpec) -> dict:
     if on_cuda:
         peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 - memory_before_mb
     else:
-        peak_mb = _peak_rss_mb() - memory_before_mb
+        peak_mb = peak_rss_mb() - memory_before_mb
     return {
         "ms": seconds * 1000.0,
         "tokens_per_sec": spec.batch * spec.length / seconds,

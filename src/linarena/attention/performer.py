@@ -15,7 +15,8 @@ class PerformerAttention(LinearAttention):
     Args:
         num_features: m, the number of random features.
         kernel: "softmax" (FAVOR+ positive features) or "relu" (generalized attention).
-        redraw_interval: redraw every this many training steps; None or 0 never redraws.
+        redraw_interval: redraw every this many training-mode forward calls (one per training
+            batch); None or 0 never redraws.
         seed: seed of the draws; None takes one from torch's global generator (so
             `seed_everything` makes it reproducible and each layer gets its own).
         eps: guards 0/0 only: the features are positive, and with the stabilisers the

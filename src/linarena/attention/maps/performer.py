@@ -23,12 +23,14 @@ class PerformerFeatures(FeatureMap):
     The projection is the buffer `projection` (num_features, head_dim), one row per omega_i,
     built from orthogonal blocks in setup(). Draw number r uses a generator seeded from
     (seed, r), so every draw is reproducible and identical on every rank of a multi-device run.
-    In training, the projection is redrawn every `redraw_interval` forward calls; never in eval.
+    The projection is redrawn every `redraw_interval` forward calls in training mode, never in
+    eval: one call per training batch, so with gradient accumulation or activation
+    checkpointing (which repeats the forward) the interval counts calls, not optimizer steps.
 
     Args:
         num_features: m, the number of random features.
         kernel: "softmax" (FAVOR+ positive features) or "relu" (generalized attention).
-        redraw_interval: redraw every this many training steps; None or 0 never redraws.
+        redraw_interval: redraw every this many training-mode forward calls; None or 0 never.
         seed: seed of the draws; None takes one from torch's global generator when the layer
             is built (so `seed_everything` makes it reproducible and each layer gets its own).
     """
@@ -81,7 +83,7 @@ class PerformerFeatures(FeatureMap):
 
     @torch.compiler.disable
     def _advance_redraw_schedule(self) -> None:
-        """Count a training step; redraw every redraw_interval steps. Runs outside torch.compile
+        """Count a training call; redraw every redraw_interval calls. Runs outside torch.compile
         graphs (a graph break): traced, the Python counter would be baked into the graph as a
         constant and every step would recompile."""
         self.training_steps += 1
