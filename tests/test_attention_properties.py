@@ -190,3 +190,18 @@ def test_causal_softmax_refuses_left_padding():
     left = torch.tensor([[True] * 5, [False, False, True, True, True]])
     with pytest.raises(RuntimeError, match="right-padded"):
         attn(x, x, x, left)
+
+
+def test_performer_checkpoints_from_before_the_feature_map_submodule_still_load():
+    """Old state dicts have `projection` and the schedule state on the module itself."""
+    attn = PerformerAttention(8, num_features=16, redraw_interval=3, seed=1).train()
+    x = torch.randn(1, 1, 5, 8)
+    for _ in range(3):
+        attn(x, x, x)  # a redraw
+    old_format = {key.removeprefix("feature_map."): value
+                  for key, value in attn.state_dict().items()}
+    assert "projection" in old_format and "_extra_state" in old_format
+    restored = PerformerAttention(8, num_features=16, redraw_interval=3, seed=99)
+    restored.load_state_dict(old_format)
+    assert torch.equal(restored.projection, attn.projection)
+    assert (restored.seed, restored.draws, restored.training_steps) == (1, 1, 3)

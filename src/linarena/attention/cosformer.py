@@ -23,9 +23,8 @@ class CosformerAttention(LinearAttention):
         eps: float = 1e-6,
         chunk_size: int = 64,
     ) -> None:
-        super().__init__(
-            head_dim, causal, CosformerFeatures(max_length), eps=eps, chunk_size=chunk_size
-        )
+        super().__init__(head_dim, causal, feature_map=CosformerFeatures(max_length), eps=eps,
+                         chunk_size=chunk_size)
 
     @property
     def max_length(self) -> int | None:

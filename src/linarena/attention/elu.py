@@ -15,4 +15,5 @@ class EluAttention(LinearAttention):
     def __init__(
         self, head_dim: int, causal: bool = False, eps: float = 1e-6, chunk_size: int = 64
     ) -> None:
-        super().__init__(head_dim, causal, EluFeatures(), eps=eps, chunk_size=chunk_size)
+        super().__init__(head_dim, causal, feature_map=EluFeatures(), eps=eps,
+                         chunk_size=chunk_size)

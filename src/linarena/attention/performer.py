@@ -36,7 +36,8 @@ class PerformerAttention(LinearAttention):
         chunk_size: int = 64,
     ) -> None:
         features = PerformerFeatures(num_features, kernel, redraw_interval, seed)
-        super().__init__(head_dim, causal, features, eps=eps, chunk_size=chunk_size)
+        super().__init__(head_dim, causal, feature_map=features, eps=eps, chunk_size=chunk_size)
+        self.register_load_state_dict_pre_hook(_rename_pre_feature_map_keys)
 
     @property
     def projection(self) -> Tensor:
@@ -76,3 +77,11 @@ class PerformerAttention(LinearAttention):
     def redraw(self) -> None:
         """Replace the projection with the next draw."""
         self.feature_map.redraw()
+
+
+def _rename_pre_feature_map_keys(module, state_dict, prefix, *args) -> None:
+    """Checkpoints written before the feature map was a submodule keep loading: their
+    `projection` and schedule state (`_extra_state`) now live under `feature_map.`."""
+    for key in ("projection", "_extra_state"):
+        if prefix + key in state_dict:
+            state_dict[prefix + "feature_map." + key] = state_dict.pop(prefix + key)

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from hydra.utils import get_class, instantiate
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from linarena.attention.linear import LinearAttention
@@ -39,11 +39,16 @@ def check_variant_names(names: Iterable[str], conf_dir: Path = CONF_DIR) -> list
 
 
 @cache
-def _load(name: str, conf_dir: Path) -> OmegaConf:
+def _read(name: str, conf_dir: Path) -> dict:
+    """The file as a plain dict, interpolations unresolved (each caller gets its own copy)."""
     path = Path(conf_dir) / "attention" / f"{name}.yaml"
     if not path.is_file():
         check_variant_names([name], conf_dir)
-    return OmegaConf.load(path)
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+
+def _load(name: str, conf_dir: Path) -> DictConfig:
+    return OmegaConf.create(_read(name, conf_dir))
 
 
 def is_linear(name: str, conf_dir: Path = CONF_DIR) -> bool:
