@@ -10,6 +10,8 @@ from hydra.utils import instantiate
 from training_helpers import CONF, compose_config
 
 from linarena.attention.variants import check_variant_names, is_linear, label
+from linarena.training import ConfigError
+from linarena.training.checks import check_config
 
 
 def test_the_variants_are_the_files_of_conf_attention() -> None:
@@ -52,3 +54,12 @@ def test_random_feature_state_is_drawn_per_layer(name: str, tensor: str) -> None
     as separately built layers' would."""
     first, second = (layer.feature_map.state_dict()[tensor] for layer in model_layers(name))
     assert first.shape == second.shape and not torch.equal(first, second)
+
+
+def test_feature_map_keys_are_checked_against_its_signature() -> None:
+    """A misspelt key of a nested feature map fails at the config check, with a suggestion."""
+    cfg = compose_config(["attention=taylor", "+attention.feature_map.feature_dimm=8"])
+    with pytest.raises(ConfigError, match=r"attention\.feature_map\.feature_dimm \(did you mean "
+                                          r"feature_dim\?\)"):
+        check_config(cfg)
+    check_config(compose_config(["attention=taylor", "attention.feature_map.feature_dim=8"]))
