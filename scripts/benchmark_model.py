@@ -11,7 +11,7 @@ GPU: bf16 autocast, CUDA-event timing, peak memory = torch.cuda.max_memory_alloc
 peak RSS growth (ru_maxrss) is its peak memory: RSS is what runs a machine out of memory, and
 covers oneDNN/OpenMP buffers that torch's allocator profiler does not see.
 
-    python scripts/benchmark_model.py                                 # all, 1K-16K
+    python scripts/benchmark_model.py                   # every conf/attention/ variant, 1K-16K
     python scripts/benchmark_model.py --attentions softmax,performer --lengths 1024,4096
     python scripts/benchmark_model.py --device cuda --batch 32 --wandb
 """
@@ -28,6 +28,7 @@ import torch
 from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpec
 from linarena.analysis.bench_runner import run_benchmark, write_csv_atomic
 from linarena.analysis.plots import plot_benchmark
+from linarena.attention.variants import check_variant_names, variant_names
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -52,8 +53,8 @@ def _lengths(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attentions", type=_csv_list, default="softmax,elu,performer,cosformer",
-                        help="comma-separated names of conf/attention/*.yaml")
+    parser.add_argument("--attentions", type=_csv_list, default=None,
+                        help="comma-separated names of conf/attention/*.yaml (default: all)")
     parser.add_argument("--lengths", type=_lengths, default=None,
                         help="comma-separated sequence lengths (default 1024,...,16384; "
                              "16,32,64 with --tiny)")
@@ -83,6 +84,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.lengths is None:
         args.lengths = list(TINY_LENGTHS if args.tiny else DEFAULT_LENGTHS)
+    try:
+        args.attentions = check_variant_names(args.attentions or variant_names(args.conf_dir),
+                                              args.conf_dir)
+    except ValueError as error:
+        parser.error(f"--attentions: {error}")
     unknown = sorted(set(args.what) - set(WHATS))
     if unknown:
         parser.error(f"--what: unknown {unknown}; valid: {','.join(WHATS)}")

@@ -2,8 +2,9 @@
 # One GPU check in under 8 minutes, for when a GPU is lent:
 #   1. attention benchmark (scripts/benchmark_attention.py), bf16, non-causal;
 #   2. full-model benchmark (scripts/benchmark_model.py), bf16, batch 32, 1K-16K;
-#   3. a 1-minute ListOps training of each attention (train.py data=listops_small trainer=gpu
-#      logger=csv; the data generated first), then scripts/compare.py over those runs;
+#   3. a 25-second ListOps training of each attention variant in conf/attention/ (train.py
+#      data=listops_small trainer=gpu logger=csv; the data generated first), then
+#      scripts/compare.py over those runs;
 #   4. if time is left: the attention benchmark in causal mode.
 # Every stage has its own time limit (timeout) inside an overall budget, and a failing stage
 # does not stop the others. Run from anywhere, after `pip install -e .`:
@@ -23,7 +24,6 @@ BUDGET_S="${GPU_CHECK_BUDGET_S:-465}"  # whole script, packing included, stays u
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/linarena_gpu_check.XXXXXX")"
 LOG="$WORK/gpu_check.log"
 START_S=$SECONDS
-ATTENTIONS=(softmax elu performer cosformer)
 export PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1 WANDB_MODE=offline WANDB_SILENT=true
 mkdir -p "$DEST"
 STATUS=()
@@ -70,6 +70,10 @@ EOF
     cp "$LOG" "$DEST/gpu_check.log"
     exit 1
 fi
+# The variants are the files of conf/attention/, in the registry's order.
+read -r -a ATTENTIONS < <("$PYTHON" -c \
+    "from linarena.attention.variants import variant_names; print(*variant_names())")
+log "attention variants: ${ATTENTIONS[*]}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 \
     | tee -a "$LOG"
 
@@ -77,18 +81,18 @@ run_stage benchmark_attention 45 20 \
     "$PYTHON" scripts/benchmark_attention.py --device cuda --dtype bf16 --batch 8 --heads 4 \
     --head-dim 64 --lengths 1024 2048 4096 8192 16384 --out "$WORK/benchmark_attention.csv"
 
-run_stage benchmark_model 110 30 \
+run_stage benchmark_model 90 30 \
     "$PYTHON" scripts/benchmark_model.py --device cuda --dtype bf16 --batch 32 --warmup 2 \
     --repeats 5 --lengths 1024,2048,4096,8192,16384 --out "$WORK/benchmark_model"
 
 # Generated once into data/ (cached), so that no training spends its minute generating.
 run_stage prepare_listops_small 60 15 "$PYTHON" scripts/prepare_data.py data=listops_small
 
-# 60 s of fitting (Lightning's max_time) plus start-up, validation and testing.
+# 25 s of fitting (Lightning's max_time) plus start-up, validation and testing.
 for attention in "${ATTENTIONS[@]}"; do
-    run_stage "train_$attention" 85 75 \
+    run_stage "train_$attention" 45 35 \
         "$PYTHON" train.py "attention=$attention" data=listops_small trainer=gpu \
-        +trainer.max_time=00:00:01:00 logger=csv seed=1 \
+        +trainer.max_time=00:00:00:25 logger=csv seed=1 \
         "hydra.run.dir=$WORK/train/$attention"
 done
 run_stage compare 30 10 \

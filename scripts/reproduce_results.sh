@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p results
+# Every variant of conf/attention/, comma-separated for Hydra's multirun.
+ATTENTIONS="$(python -c "from linarena.attention.variants import variant_names; print(','.join(variant_names()))")"
 
 echo "== attention alone, bidirectional and causal"
 python scripts/benchmark_attention.py --out results/benchmark_attention.csv
@@ -14,12 +16,12 @@ python scripts/benchmark_attention.py --causal --lengths 1024 4096 16384 \
 echo "== full training step of the LRA text model"
 python scripts/benchmark_model.py --out results/benchmark_model
 
-echo "== small-budget ListOps: 4 attentions x 3 seeds (listops_small, 300 steps)"
-python train.py -m attention=softmax,elu,performer,cosformer seed=1,2,3 \
+echo "== small-budget ListOps: every attention x 3 seeds (listops_small, 300 steps)"
+python train.py -m "attention=$ATTENTIONS" seed=1,2,3 \
     trainer.max_steps=300 tags=[readme] hydra.sweep.dir=results/sweeps/listops
 
-echo "== small-budget MQAR: 4 attentions x 3 seeds (experiment=mqar_cpu)"
-python train.py -m experiment=mqar_cpu attention=softmax,elu,performer,cosformer seed=1,2,3 \
+echo "== small-budget MQAR: every attention x 3 seeds (experiment=mqar_cpu)"
+python train.py -m experiment=mqar_cpu "attention=$ATTENTIONS" seed=1,2,3 \
     tags=[readme] hydra.sweep.dir=results/sweeps/mqar
 
 echo "== comparison table and plots"

@@ -1,5 +1,6 @@
-"""Every variant and mode against the float64 quadratic references, plus padding, causality,
-the recurrent form and gradients."""
+"""Every variant of conf/attention/ and both modes against a float64 quadratic reference, plus
+padding, causality, the recurrent form and gradients; the built-in variants also against the
+papers' formulas (tests/attention_reference.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from attention_reference import (
     performer_reference,
     softmax_reference,
 )
+from conftest import (
+    HEAD_DIM,
+    LINEAR_VARIANTS,
+    VARIANTS,
+    build,
+    inputs,
+    padding_mask,
+    quadratic_reference,
+)
 
 from linarena.attention import (
     CosformerAttention,
@@ -19,41 +29,13 @@ from linarena.attention import (
     SoftmaxAttention,
 )
 
-HEAD_DIM = 16
-VARIANTS = ["softmax", "elu", "performer", "performer_relu", "cosformer"]
+
+def _has_analytic_backward(name: str) -> bool:
+    feature_map = build(name, causal=False).feature_map
+    return feature_map.vjp(feature_map.context(None, 1, 1, "cpu")) is not None
 
 
-def build(name: str, causal: bool, max_length: int = 64, chunk_size: int = 8):
-    if name == "softmax":
-        return SoftmaxAttention(HEAD_DIM, causal=causal)
-    if name == "elu":
-        return EluAttention(HEAD_DIM, causal=causal, chunk_size=chunk_size)
-    if name.startswith("performer"):
-        kernel = "relu" if name.endswith("relu") else "softmax"
-        return PerformerAttention(
-            HEAD_DIM, causal=causal, num_features=32, kernel=kernel, seed=0, chunk_size=chunk_size
-        )
-    return CosformerAttention(HEAD_DIM, causal=causal, max_length=max_length, chunk_size=chunk_size)
-
-
-def reference(name: str, attn, q, k, v, mask, causal):
-    if name == "softmax":
-        return softmax_reference(q, k, v, mask, causal)
-    if name == "elu":
-        return elu_reference(q, k, v, mask, causal)
-    if name.startswith("performer"):
-        return performer_reference(q, k, v, attn.projection, attn.kernel, mask, causal)
-    return cosformer_reference(q, k, v, mask, causal, max_length=attn.max_length)
-
-
-def inputs(batch=2, heads=3, length=37, dtype=torch.float64, seed=0, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return [scale * torch.randn(batch, heads, length, HEAD_DIM, generator=g, dtype=dtype)
-            for _ in range(3)]
-
-
-def padding_mask(lengths: list[int], length: int) -> torch.Tensor:
-    return torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]
+ANALYTIC = [name for name in LINEAR_VARIANTS if _has_analytic_backward(name)]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -64,10 +46,40 @@ def test_matches_float64_reference(name, causal, masked):
     mask = padding_mask([37, 23], 37) if masked else None
     attn = build(name, causal)
     out = attn(q, k, v, mask)
-    expected = reference(name, attn, q, k, v, mask, causal)
+    expected = quadratic_reference(attn, q, k, v, mask)
     real = mask[:, None, :, None].expand_as(out) if masked else torch.ones_like(out, dtype=bool)
     torch.testing.assert_close(out[real], expected[real], rtol=1e-7, atol=1e-9)
     assert torch.isfinite(out).all()
+
+
+BUILTINS = {  # the papers' formulas, written apart from the library (attention_reference.py)
+    "softmax": (lambda c: SoftmaxAttention(HEAD_DIM, causal=c),
+                lambda a, q, k, v, m: softmax_reference(q, k, v, m, a.causal)),
+    "elu": (lambda c: EluAttention(HEAD_DIM, causal=c, chunk_size=8),
+            lambda a, q, k, v, m: elu_reference(q, k, v, m, a.causal)),
+    "performer": (lambda c: PerformerAttention(HEAD_DIM, causal=c, num_features=32, seed=0,
+                                               chunk_size=8),
+                  lambda a, q, k, v, m: performer_reference(q, k, v, a.projection, "softmax",
+                                                            m, a.causal)),
+    "performer_relu": (lambda c: PerformerAttention(HEAD_DIM, causal=c, num_features=32,
+                                                    kernel="relu", seed=0, chunk_size=8),
+                       lambda a, q, k, v, m: performer_reference(q, k, v, a.projection, "relu",
+                                                                 m, a.causal)),
+    "cosformer": (lambda c: CosformerAttention(HEAD_DIM, causal=c, max_length=64, chunk_size=8),
+                  lambda a, q, k, v, m: cosformer_reference(q, k, v, m, a.causal, 64)),
+}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", list(BUILTINS))
+def test_builtin_variants_match_the_papers_formulas(name, causal):
+    q, k, v = inputs()
+    mask = padding_mask([37, 23], 37)
+    make, reference = BUILTINS[name]
+    attn = make(causal)
+    out, expected = attn(q, k, v, mask), reference(attn, q, k, v, mask)
+    real = mask[:, None, :, None].expand_as(out)
+    torch.testing.assert_close(out[real], expected[real], rtol=1e-7, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -77,7 +89,7 @@ def test_float32_close_to_reference(name, causal):
     mask = padding_mask([150, 97], 150)
     attn = build(name, causal, max_length=200, chunk_size=32)
     out = attn(q, k, v, mask)
-    expected = reference(name, attn, q, k, v, mask, causal).float()
+    expected = quadratic_reference(attn, q, k, v, mask).float()
     torch.testing.assert_close(out[1, :, :97], expected[1, :, :97], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out[0], expected[0], rtol=1e-4, atol=1e-5)
 
@@ -112,7 +124,7 @@ def test_causal_outputs_ignore_the_future(name):
     assert not torch.equal(before[:, :, t + 1:], after[:, :, t + 1:])
 
 
-@pytest.mark.parametrize("name", ["elu", "performer", "performer_relu", "cosformer"])
+@pytest.mark.parametrize("name", LINEAR_VARIANTS)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_recurrent_step_equals_parallel_causal(name, dtype):
     q, k, v = inputs(batch=2, length=30, dtype=dtype, scale=2.0)
@@ -139,13 +151,14 @@ def test_gradcheck_float64(name, causal):
     )
 
 
-def test_bidirectional_chunking_matches_single_chunk(monkeypatch):
-    """The chunked bidirectional kernel (and its recomputing backward) agrees with one chunk."""
+@pytest.mark.parametrize("name", LINEAR_VARIANTS)
+def test_bidirectional_chunking_matches_single_chunk(name, monkeypatch):
+    """The chunked bidirectional kernel (and its backward) agrees with one chunk."""
     import linarena.attention.linear as linear
 
     q, k, v = (x.requires_grad_(True) for x in inputs(length=50))
     mask = padding_mask([50, 31], 50)
-    attn = build("performer", causal=False)
+    attn = build(name, causal=False)
     results = []
     for chunk in (7, 1024):
         monkeypatch.setattr(linear, "BIDIRECTIONAL_CHUNK", chunk)
@@ -156,22 +169,36 @@ def test_bidirectional_chunking_matches_single_chunk(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["elu", "performer", "performer_relu", "cosformer"])
+@pytest.mark.parametrize("name", ANALYTIC)
 def test_analytic_feature_backward_matches_autograd(name, monkeypatch):
-    """The hand-written feature-map backward (elu+1, FAVOR+ with its key log-scale, relu
-    features, cosFormer's cos/sin pairs) gives the gradients of autograd through the recomputed
-    map: padded, over several chunks."""
+    """A map's hand-written backward (elu+1, FAVOR+ with its key log-scale, cosFormer's cos/sin
+    pairs) gives the gradients of autograd through the map: padded, over several chunks."""
     import linarena.attention.linear as linear
 
     monkeypatch.setattr(linear, "BIDIRECTIONAL_CHUNK", 7)
     q, k, v = (x.requires_grad_(True) for x in inputs(length=50, scale=2.0))
     mask = padding_mask([50, 31], 50)
     attn = build(name, causal=False)
-    assert attn.feature_map_vjp(None) is not None
     results = []
     for _ in range(2):
         out = attn(q, k, v, mask)
         results.append(torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v)))
-        monkeypatch.setattr(attn, "feature_map_vjp", lambda context: None)  # second pass: autograd
+        monkeypatch.setattr(attn.feature_map, "vjp", lambda context: None)  # second pass: autograd
+    for analytic, autograd in zip(*results, strict=True):
+        torch.testing.assert_close(analytic, autograd, rtol=1e-10, atol=1e-12)
+
+
+def test_performer_relu_analytic_backward_matches_autograd(monkeypatch):
+    """The relu Performer (a constructor option, not a config file) has its own backward."""
+    import linarena.attention.linear as linear
+
+    monkeypatch.setattr(linear, "BIDIRECTIONAL_CHUNK", 7)
+    q, k, v = (x.requires_grad_(True) for x in inputs(length=50, scale=2.0))
+    attn = BUILTINS["performer_relu"][0](False)
+    results = []
+    for _ in range(2):
+        out = attn(q, k, v, padding_mask([50, 31], 50))
+        results.append(torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v)))
+        monkeypatch.setattr(attn.feature_map, "vjp", lambda context: None)
     for analytic, autograd in zip(*results, strict=True):
         torch.testing.assert_close(analytic, autograd, rtol=1e-10, atol=1e-12)

@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 from attention_reference import softmax_reference
+from conftest import LINEAR_VARIANTS, VARIANTS, build
 
 from linarena.attention import (
     CosformerAttention,
@@ -16,19 +17,9 @@ from linarena.attention import (
 )
 
 
-def build(name: str, causal: bool, head_dim: int = 64, max_length: int = 8192):
-    if name == "softmax":
-        return SoftmaxAttention(head_dim, causal=causal)
-    if name == "elu":
-        return EluAttention(head_dim, causal=causal)
-    if name == "performer":
-        return PerformerAttention(head_dim, causal=causal, seed=0)
-    return CosformerAttention(head_dim, causal=causal, max_length=max_length)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("name", ["softmax", "elu", "performer", "cosformer"])
+@pytest.mark.parametrize("name", VARIANTS)
 def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype):
     """Length 8192, q/k norms around 30 (as trained models produce): half-precision sums of
     phi(k) overflow fp16 here, exp features overflow or underflow without stabilisers."""
@@ -37,7 +28,7 @@ def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype)
     q, k = (4.0 * torch.randn(shape, generator=g) for _ in range(2))
     v = torch.randn(shape, generator=g)
     q, k, v = (x.to(dtype) for x in (q, k, v))
-    attn = build(name, causal)
+    attn = build(name, causal, head_dim=64, max_length=8192, chunk_size=None)
     with torch.autocast("cpu", dtype=dtype):
         out = attn(q, k, v)
     exact = attn(q.float(), k.float(), v.float())
@@ -48,7 +39,7 @@ def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype)
     assert error.max() < 2e-2 and error.mean() < 3e-3, (error.max(), error.mean())
 
 
-@pytest.mark.parametrize("name", ["elu", "performer", "cosformer"])
+@pytest.mark.parametrize("name", LINEAR_VARIANTS)
 def test_state_and_normaliser_accumulate_in_fp32(name):
     attn = build(name, causal=True, head_dim=8, max_length=16)
     q = torch.randn(1, 2, 8, dtype=torch.bfloat16)
@@ -77,7 +68,7 @@ def test_projection_is_orthogonal_blocks_reproducible_from_seed():
     b = PerformerAttention(16, num_features=40, seed=7)
     c = PerformerAttention(16, num_features=40, seed=8)
     assert a.projection.shape == (40, 16)
-    assert "projection" in dict(a.named_buffers())
+    assert "feature_map.projection" in dict(a.named_buffers())
     assert torch.equal(a.projection, b.projection)
     assert not torch.equal(a.projection, c.projection)
     for start in (0, 16, 32):  # two full blocks and a partial one
@@ -130,11 +121,11 @@ def test_redraw_before_backward_keeps_gradients(causal):
             attn(q, k, v)  # redraw_interval=1: this call redraws the projection
         return torch.autograd.grad(out.pow(2).sum(), (q, k, v))
 
-    def build():
+    def make():
         return PerformerAttention(8, causal=causal, num_features=16, redraw_interval=1,
                                   seed=3, chunk_size=4).train()
 
-    expected, got = grads(build(), False), grads(build(), True)
+    expected, got = grads(make(), False), grads(make(), True)
     for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
@@ -159,7 +150,7 @@ BAD_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("name", ["softmax", "elu", "performer", "cosformer"])
+@pytest.mark.parametrize("name", VARIANTS)
 @pytest.mark.parametrize(("case", "args", "message"), BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
 def test_bad_inputs_raise_clear_errors(name, case, args, message):
     attn = build(name, causal=False, head_dim=8)
@@ -187,3 +178,30 @@ def test_performer_rejects_unknown_kernel_and_bidirectional_step():
     x = torch.randn(1, 1, 8)
     with pytest.raises(RuntimeError, match="causal=True"):
         EluAttention(8).step(x, x, x)
+
+
+def test_causal_softmax_refuses_left_padding():
+    """Causal softmax drops the key mask (the flash kernel takes none), which is exact only for
+    right padding: a left-padded mask would let real queries attend to padded keys."""
+    attn = SoftmaxAttention(8, causal=True)
+    x = torch.randn(2, 1, 5, 8)
+    right = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    attn(x, x, x, right)
+    left = torch.tensor([[True] * 5, [False, False, True, True, True]])
+    with pytest.raises(RuntimeError, match="right-padded"):
+        attn(x, x, x, left)
+
+
+def test_performer_checkpoints_from_before_the_feature_map_submodule_still_load():
+    """Old state dicts have `projection` and the schedule state on the module itself."""
+    attn = PerformerAttention(8, num_features=16, redraw_interval=3, seed=1).train()
+    x = torch.randn(1, 1, 5, 8)
+    for _ in range(3):
+        attn(x, x, x)  # a redraw
+    old_format = {key.removeprefix("feature_map."): value
+                  for key, value in attn.state_dict().items()}
+    assert "projection" in old_format and "_extra_state" in old_format
+    restored = PerformerAttention(8, num_features=16, redraw_interval=3, seed=99)
+    restored.load_state_dict(old_format)
+    assert torch.equal(restored.projection, attn.projection)
+    assert (restored.seed, restored.draws, restored.training_steps) == (1, 1, 3)

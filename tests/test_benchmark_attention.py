@@ -1,33 +1,24 @@
-"""scripts/benchmark_attention.py at tiny sizes: the CSVs it writes and the error table."""
+"""The attention benchmark (linarena.analysis.attention_benchmark, behind
+scripts/benchmark_attention.py) at tiny sizes: the CSVs it writes and the error table."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import VARIANTS
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from linarena.analysis.attention_benchmark import main
 
-
-def load_benchmark_attention():
-    path = REPO_ROOT / "scripts" / "benchmark_attention.py"
-    spec = importlib.util.spec_from_file_location("benchmark_attention", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+TINY = ["--heads", "2", "--head-dim", "8", "--warmup", "0", "--repeats", "1", "--device", "cpu"]
 
 
 def test_tiny_run_writes_timings_and_performer_errors(tmp_path: Path, capsys) -> None:
     out = tmp_path / "attention.csv"
-    load_benchmark_attention().main([
-        "--lengths", "32", "64", "--heads", "2", "--head-dim", "8", "--num-features", "16",
-        "--warmup", "0", "--repeats", "1", "--device", "cpu", "--out", str(out),
-    ])
+    main(["--lengths", "32", "64", *TINY, "--out", str(out)])
     rows = pd.read_csv(out)
-    linarena = ["softmax", "elu", "performer", "cosformer"]
-    assert set(linarena) | {"einsum_elu"} <= set(rows["variant"])
+    assert set(VARIANTS) | {"einsum_elu"} <= set(rows["variant"])
     assert (rows["status"] == "ok").all()
     assert (rows["fwd_ms"] > 0).all() and (rows["fwd_bwd_ms"] > 0).all()
     assert "elu vs einsum_elu, fwd+bwd, N=64" in capsys.readouterr().out
@@ -46,12 +37,18 @@ def test_tiny_run_writes_timings_and_performer_errors(tmp_path: Path, capsys) ->
             errors["performer_pytorch_eps0"].to_numpy(), rel=1e-4)
 
 
-def test_error_table_can_be_skipped(tmp_path: Path) -> None:
+def test_one_variant_gets_a_row_and_no_conclusions_about_the_others(tmp_path: Path,
+                                                                    capsys) -> None:
     out = tmp_path / "attention.csv"
-    load_benchmark_attention().main([
-        "--lengths", "16", "--heads", "1", "--head-dim", "8", "--num-features", "8",
-        "--variants", "performer", "--warmup", "0", "--repeats", "1", "--device", "cpu",
-        "--error-scales", "--out", str(out),
-    ])
-    assert out.is_file()
+    main(["--lengths", "16", *TINY, "--variants", "performer", "--no-references",
+          "--error-scales", "--out", str(out)])
+    assert pd.read_csv(out)["variant"].tolist() == ["performer"]
     assert not (tmp_path / "attention_performer_error.csv").exists()
+    printed = capsys.readouterr().out
+    assert "faster" not in printed and "softmax" not in printed
+
+
+def test_unknown_variants_are_an_error(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--variants", "elu", "flash", "--out", str(tmp_path / "x.csv")])
+    assert "unknown attention variant(s) ['flash']" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import hydra
 import pytest
-from hydra import compose, initialize_config_dir
+from training_helpers import compose_config
 
 from linarena.data import (
     ImageDataModule,
@@ -54,11 +54,6 @@ SMOKE_OVERRIDES = {
     ],
     "mqar": ["data.num_train=64", "data.num_val=16", "data.num_test=16"],
 }
-
-
-def compose_config(overrides: list[str]):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
 
 
 @pytest.mark.parametrize("name", sorted(DATA_CONFIGS))

@@ -4,26 +4,16 @@ structure (qkv_dim, no attention biases, init, CLS), gradients, errors."""
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import pytest
 import torch
 from torch import nn
 
-from linarena.attention import (
-    CosformerAttention,
-    EluAttention,
-    PerformerAttention,
-    SoftmaxAttention,
-)
+from linarena.attention import SoftmaxAttention
+from linarena.attention.variants import load_variant, variant_names
 from linarena.models import SequenceTooLongError, TransformerClassifier
 
-ATTENTIONS = {
-    "softmax": partial(SoftmaxAttention),
-    "elu": partial(EluAttention),
-    "performer": partial(PerformerAttention, num_features=32, seed=0),
-    "cosformer": partial(CosformerAttention, max_length=24),
-}
+ATTENTIONS = {name: load_variant(name, {"max_length": 24}) for name in variant_names()}
 VOCAB = 12
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import resource
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
@@ -21,11 +20,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from linarena.analysis.timing import is_out_of_memory, time_fn
+from linarena.attention.variants import load_variant
 from linarena.models import TransformerClassifier
+from linarena.system import peak_rss_mb
 
 WHATS = ("model_step", "attention_fwd_bwd")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -92,13 +91,7 @@ def load_attention_partial(spec: CaseSpec) -> Callable[..., torch.nn.Module]:
     training run uses; its interpolations of ``model.*`` keys (e.g. cosFormer's max_length)
     resolve against :func:`model_config`. Returns ``(head_dim=..., causal=...) -> nn.Module``.
     """
-    path = Path(spec.conf_dir) / "attention" / f"{spec.attention}.yaml"
-    if not path.is_file():
-        available = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ValueError(f"unknown attention {spec.attention!r}: {path} does not exist; "
-                         f"valid names: {available}")
-    config = OmegaConf.create({"model": model_config(spec), "attention": OmegaConf.load(path)})
-    return instantiate(config.attention)
+    return load_variant(spec.attention, model_config(spec), Path(spec.conf_dir))
 
 
 def build_classifier(spec: CaseSpec) -> torch.nn.Module:
@@ -173,17 +166,11 @@ def make_attention_fwd_bwd(spec: CaseSpec) -> Callable[[], None]:
     return fwd_bwd
 
 
-def _peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MB."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024.0  # bytes on macOS, else KiB
-
-
 def _reset_peak_rss_mb() -> float:
     """Reset the peak RSS to the current RSS where Linux allows it; returns the peak after."""
     with suppress(OSError):  # not Linux, or not allowed: keep the process's peak
         Path("/proc/self/clear_refs").write_text("5")  # 5: reset the RSS high-water mark
-    return _peak_rss_mb()
+    return peak_rss_mb()
 
 
 def run_case(spec: CaseSpec) -> dict:
@@ -221,7 +208,7 @@ def run_case(spec: CaseSpec) -> dict:
     if on_cuda:
         peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 - memory_before_mb
     else:
-        peak_mb = _peak_rss_mb() - memory_before_mb
+        peak_mb = peak_rss_mb() - memory_before_mb
     return {
         "ms": seconds * 1000.0,
         "tokens_per_sec": spec.batch * spec.length / seconds,

@@ -1,4 +1,5 @@
-"""Runs benchmark cases over attentions x lengths, skipping cases that would take too long.
+"""The benchmark harness: runs cases over attentions x lengths, skipping cases predicted to take
+too long (one rule for both benchmarks), and writes the CSVs atomically.
 
 Rows are dicts with :data:`CSV_COLUMNS`. ``status`` is one of:
 ``ok``; ``oom`` (the allocation failed, or the kernel killed the case's process); ``skipped``
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import subprocess
@@ -20,26 +22,33 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 import linarena
 from linarena.analysis.bench_cases import CaseSpec, run_case
+from linarena.analysis.timing import interleaved_medians, is_out_of_memory
+from linarena.attention.variants import is_linear
 from linarena.files import write_atomic
 
 CSV_COLUMNS = [
     "attention", "length", "what", "batch", "device", "dtype", "threads",
     "ms", "tokens_per_sec", "peak_memory_mb", "status", "note",
 ]
-# Attention cost grows linearly with length for these; any other name is assumed quadratic,
-# which over-predicts and so errs on the side of skipping.
-LINEAR_ATTENTIONS = frozenset({"elu", "performer", "cosformer"})
 # Seconds a case's process may spend beyond its predicted budget (interpreter start, imports).
 PROCESS_STARTUP_S = 120.0
 
 
-def growth_factor(attention: str, previous_length: int, length: int) -> float:
-    """Upper bound of how much slower a step gets from ``previous_length`` to ``length``."""
-    exponent = 1 if attention in LINEAR_ATTENTIONS else 2
-    return (length / previous_length) ** exponent
+def growth_factor(linear: bool, previous_length: int, length: int) -> float:
+    """Upper bound of how much slower a step gets from ``previous_length`` to ``length``: the
+    ratio itself for a linear attention, its square for any other (quadratic) one."""
+    return (length / previous_length) ** (1 if linear else 2)
+
+
+def predicted_seconds(
+    previous_ms: float, linear: bool, previous_length: int, length: int, calls: int
+) -> float:
+    """Predicted time of ``calls`` calls at ``length`` from one call's time at a shorter length."""
+    return previous_ms / 1000.0 * growth_factor(linear, previous_length, length) * calls
 
 
 def skip_reason(
@@ -52,8 +61,10 @@ def skip_reason(
         return f"length {previous['length']} was {previous['status']}"
     if max_seconds is None:
         return None
-    factor = growth_factor(spec.attention, previous["length"], spec.length)
-    predicted_s = previous["ms"] / 1000.0 * factor * (spec.warmup + spec.repeats)
+    linear = is_linear(spec.attention, Path(spec.conf_dir))
+    factor = growth_factor(linear, previous["length"], spec.length)
+    predicted_s = predicted_seconds(previous["ms"], linear, previous["length"], spec.length,
+                                    spec.warmup + spec.repeats)
     if predicted_s <= max_seconds:
         return None
     return (
@@ -99,9 +110,10 @@ def run_case_in_process(spec: CaseSpec) -> dict:
         return _failed("error", f"{type(error).__name__}: {error}"[:300])
 
 
-def write_csv_atomic(rows: list[dict], path: Path) -> None:
-    """Write the rows to ``path`` atomically, so a reader never sees half a file."""
-    table = pd.DataFrame(rows, columns=CSV_COLUMNS)
+def write_csv_atomic(rows: list[dict], path: Path, columns: list[str] | None = None) -> None:
+    """Write the rows to ``path`` atomically, so a reader never sees half a file. ``columns``:
+    :data:`CSV_COLUMNS` by default, else the given ones."""
+    table = pd.DataFrame(rows, columns=columns or CSV_COLUMNS)
     write_atomic(path, lambda file: table.to_csv(file, index=False))
 
 
@@ -144,3 +156,56 @@ def _describe(row: dict) -> str:
         return f"{head} {row['status']}: {row['note']}"
     return (f"{head} {row['ms']:10.1f} ms {row['tokens_per_sec']:12.0f} tok/s "
             f"{row['peak_memory_mb']:9.1f} MB")
+
+
+# One case of the round-robin benchmark: name -> (forward, forward_backward, peak_memory_mb),
+# built and warmed up by the caller at a given length.
+Prepare = Callable[[str, int], tuple[Callable[[], None], Callable[[], None], float]]
+
+
+def run_round_robin(
+    linear: dict[str, bool], lengths: list[int], prepare: Prepare, repeats: int,
+    device: torch.device, max_seconds: float, fields: dict,
+) -> list[dict]:
+    """Every variant (name -> whether its cost is linear in length) at every length, forward and
+    forward+backward. The variants of one length are timed round-robin (interleaved_medians),
+    so the ratios between them come from the same moments. A variant is skipped from the length
+    its predicted forward+backward call exceeds ``max_seconds``, or after an allocation failure.
+    Rows: ``fields`` plus variant, length, fwd_ms, fwd_bwd_ms, peak_memory_mb, status."""
+    rows, last = [], {}  # last: name -> (length, fwd_bwd ms) of its previous measured length
+    for length in lengths:
+        cases, length_rows = {}, {}
+        for name in linear:
+            row = {"variant": name, "length": length, **fields, "fwd_ms": math.nan,
+                   "fwd_bwd_ms": math.nan, "peak_memory_mb": math.nan, "status": "ok"}
+            length_rows[name] = row
+            if name in last:
+                if last[name] is None:
+                    row["status"] = "skipped (a shorter length ran out of memory)"
+                    continue
+                previous_length, previous_ms = last[name]
+                if predicted_seconds(previous_ms, linear[name], previous_length, length,
+                                     1) > max_seconds:
+                    row["status"] = f"skipped (predicted > {max_seconds}s)"
+                    continue
+            try:
+                forward, forward_backward, row["peak_memory_mb"] = prepare(name, length)
+                cases[name] = (forward, forward_backward)
+            except (RuntimeError, MemoryError) as error:
+                if not is_out_of_memory(error):
+                    raise
+                row["status"], last[name] = "oom", None
+        calls = {(name, what): call for name, (forward, forward_backward) in cases.items()
+                 for what, call in (("fwd_ms", forward), ("fwd_bwd_ms", forward_backward))}
+        for (name, what), seconds in interleaved_medians(calls, repeats, device).items():
+            length_rows[name][what] = 1e3 * seconds
+        for name, row in length_rows.items():
+            if name in cases:
+                last[name] = (length, row["fwd_bwd_ms"])
+            print(f"{name:>18} N={length:>6}  fwd {row['fwd_ms']:9.2f} ms  "
+                  f"fwd+bwd {row['fwd_bwd_ms']:9.2f} ms  {row['status']}", flush=True)
+        rows.extend(length_rows.values())
+        del cases, calls
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows

@@ -1,9 +1,13 @@
-"""The order tasks and attentions are listed in, in tables and figures."""
+"""The order tasks and attentions are listed in, in tables and figures, and attention labels.
+
+The attentions and their labels come from conf/attention/ (linarena.attention.variants)."""
 
 from __future__ import annotations
 
+from linarena.attention.variants import label, variant_names
+
 TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder32", "pathx", "mqar")
-ATTENTION_ORDER = ("softmax", "elu", "performer", "cosformer")
+ATTENTION_ORDER = tuple(variant_names())
 
 
 def task_sort_key(task: str) -> tuple[int, str]:
@@ -13,6 +17,12 @@ def task_sort_key(task: str) -> tuple[int, str]:
 
 
 def attention_sort_key(name: str) -> tuple[int, str]:
-    """Known attentions in their usual order (baseline first), then any other name alphabetically."""
+    """The variants of conf/attention/ in the registry's order (exact baseline first), then any
+    other name alphabetically."""
     known = ATTENTION_ORDER.index(name) if name in ATTENTION_ORDER else len(ATTENTION_ORDER)
     return known, name
+
+
+def attention_label(name: str) -> str:
+    """The display label of a variant (its config file's first line), or the name itself."""
+    return label(name) if name in ATTENTION_ORDER else name

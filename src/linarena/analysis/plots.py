@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
 
-from linarena.analysis.order import ATTENTION_ORDER, attention_sort_key
+from linarena.analysis.order import ATTENTION_ORDER, attention_label, attention_sort_key
 from linarena.files import write_atomic
 
 WHAT_TITLES = {
@@ -60,7 +60,7 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
             for ax, column in zip(axes_row, ("ms", "peak_memory_mb"), strict=True):
                 values = ok[column].astype(float).where(ok[column] > 0)  # a log axis has no 0
                 ax.plot(ok["length"], values, marker="o", color=colors[attention],
-                        label=attention)
+                        label=attention_label(attention))
             missing += [f"{attention} {r.length}: {r.status}"
                         for r in group.itertuples() if r.status != "ok"]
         for ax, ylabel in zip(axes_row, ("time per call (ms)", "peak memory (MB)"), strict=True):
@@ -113,8 +113,8 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, path: Path) -> N
         ax.annotate(f"{row.peak_memory_mb_mean:.0f} MB (n={row.n})",
                     (row.tokens_per_sec_mean, row.test_acc_pct_mean),
                     textcoords="offset points", xytext=(8, 8 + 11 * label_row), fontsize=8)
-    handles = [Line2D([], [], marker="o", linestyle="", color=colors[name], label=name)
-               for name in table["attention"]]
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors[name],
+                      label=attention_label(name)) for name in table["attention"]]
     ax.legend(handles=handles, title="attention", fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("training throughput (tokens/s)")

@@ -1,19 +1,22 @@
-"""Attention modules: exact softmax and three linear variants sharing one kernel.
+"""Attention modules: exact softmax, and LinearAttention composed with a FeatureMap.
 
 All take q, k, v of shape (batch, heads, length, head_dim) and an optional bool key-padding
-mask (batch, length), True for real tokens, and return (batch, heads, length, head_dim).
+mask (batch, length), True for real tokens (right padding), and return (batch, heads, length,
+head_dim). The variants a config can pick are the files of conf/attention/.
 """
 
 from linarena.attention.cosformer import CosformerAttention
 from linarena.attention.elu import EluAttention
+from linarena.attention.feature_map import FeatureMap
+from linarena.attention.kernels import LinearAttentionState
 from linarena.attention.linear import LinearAttention
-from linarena.attention.linear_kernels import LinearAttentionState
 from linarena.attention.performer import PerformerAttention
 from linarena.attention.softmax import SoftmaxAttention
 
 __all__ = [
     "CosformerAttention",
     "EluAttention",
+    "FeatureMap",
     "LinearAttention",
     "LinearAttentionState",
     "PerformerAttention",

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from torch import Tensor
-
-from linarena.attention.feature_maps import FeatureOutput, elu_features, elu_features_vjp
 from linarena.attention.linear import LinearAttention
-from linarena.attention.linear_kernels import FeatureVjp
+from linarena.attention.maps.elu import EluFeatures
 
 
 class EluAttention(LinearAttention):
-    """Linear attention with phi(x) = elu(x) + 1 applied to the raw q and k."""
+    """LinearAttention with phi(x) = elu(x) + 1 applied to the raw q and k (EluFeatures).
 
+    Args: head_dim, causal, eps, chunk_size: see LinearAttention.
+    """
 
-    def feature_map(
-        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
-        out: Tensor | None = None,
-    ) -> FeatureOutput:
-        return elu_features(x, out)
-
-    def feature_map_vjp(self, context: Any) -> FeatureVjp:
-        return elu_features_vjp
+    def __init__(
+        self, head_dim: int, causal: bool = False, eps: float = 1e-6, chunk_size: int = 64
+    ) -> None:
+        super().__init__(head_dim, causal, feature_map=EluFeatures(), eps=eps,
+                         chunk_size=chunk_size)

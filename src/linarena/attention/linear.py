@@ -1,24 +1,15 @@
-"""LinearAttention: one module for every kernelised variant. A variant is a subclass that
-supplies its feature map (see feature_maps.py), and optionally its analytic backward; the
-algorithm lives once: bidirectional in bidirectional_kernel.py, chunked causal and the
-recurrent step in linear_kernels.py."""
+"""LinearAttention: one module for every kernelised variant, composed of a FeatureMap (the
+variant) and a kernel backend (the algorithm, attention/kernels/)."""
 
 from __future__ import annotations
 
-from typing import Any
+import copy
 
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.bidirectional_kernel import bidirectional_linear_attention
-from linarena.attention.feature_maps import FeatureOutput
-from linarena.attention.linear_kernels import (
-    FeatureFn,
-    FeatureVjp,
-    LinearAttentionState,
-    causal_linear_attention,
-    recurrent_step,
-)
+from linarena.attention.feature_map import FeatureMap
+from linarena.attention.kernels import LinearAttentionState, get_backend
 from linarena.attention.validation import check_attention_inputs
 
 # Rows per chunk in bidirectional mode: large enough for efficient matmuls, small enough that
@@ -35,56 +26,42 @@ class LinearAttention(nn.Module):
     Args:
         head_dim: size of each head's q and k vectors.
         causal: position i attends to positions <= i only.
+        feature_map: phi. The module keeps its own deep copy and calls its setup(head_dim,
+            causal), so layers built from one map object (as Hydra builds a nested config
+            inside a `_partial_`) never share a projection or parameters.
         eps: added to the normaliser, which can be 0 for maps with zeros (relu).
         chunk_size: tokens per chunk of the causal algorithm (exact attention inside a chunk,
             a carried state across chunks).
+        backend: the kernels (see linarena.attention.kernels.BACKENDS); "torch" is the
+            reference implementation.
     """
 
     def __init__(
-        self, head_dim: int, causal: bool = False, eps: float = 1e-6, chunk_size: int = 64
+        self,
+        head_dim: int,
+        causal: bool = False,
+        *,
+        feature_map: FeatureMap,
+        eps: float = 1e-6,
+        chunk_size: int = 64,
+        backend: str = "torch",
     ) -> None:
         super().__init__()
+        if not isinstance(feature_map, FeatureMap):
+            raise TypeError(
+                "LinearAttention needs feature_map=<a linarena.attention.FeatureMap>, got "
+                f"{type(feature_map).__name__}."
+            )
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+        self.kernels = get_backend(backend)
         self.head_dim = head_dim
         self.causal = causal
         self.eps = eps
         self.chunk_size = chunk_size
-
-    def feature_map(
-        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
-        out: Tensor | None = None,
-    ) -> FeatureOutput:
-        """phi of x (batch, heads, n, head_dim) at absolute `positions` (n,). See feature_maps.
-
-        `context` is what feature_context returned for this call. `out` (batch, heads, n,
-        num_features), when given, is a buffer the map may write phi into (and return) instead
-        of allocating: the kernels reuse one buffer for every chunk.
-        """
-        raise NotImplementedError
-
-    def feature_map_vjp(self, context: Any) -> FeatureVjp | None:
-        """The analytic backward of feature_map (see linear_kernels.FeatureVjp), or None to
-        differentiate a recomputation of it with autograd. Optional: a speed-up only."""
-        return None
-
-    def feature_context(self, mask: Tensor | None, batch: int, length: int, device) -> Any:
-        """What the feature map needs that is fixed for one call, its backward included
-        (cosFormer's per-sequence M, Performer's projection), or None."""
-        return None
-
-    def _features(self, context: Any) -> FeatureFn:
-        """The feature map of one call, in the kernels' signature."""
-
-        def features(
-            x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None = None
-        ) -> FeatureOutput:
-            return self.feature_map(x, positions, context, is_query, out)
-
-        return features
-
-    def check_length(self, length: int) -> None:
-        """Raise if `length` tokens cannot be handled (cosFormer's causal max_length)."""
+        self.backend = backend
+        self.feature_map = copy.deepcopy(feature_map)
+        self.feature_map.setup(head_dim, causal)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
@@ -92,20 +69,22 @@ class LinearAttention(nn.Module):
         Returns (batch, heads, length, head_dim).
         """
         check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        if self.training:
+            self.feature_map.on_training_call()
         batch, _, length, _ = q.shape
-        self.check_length(length)
+        self.feature_map.check_length(length)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         with torch.autocast(device_type=q.device.type, enabled=False):
-            context = self.feature_context(mask, batch, length, q.device)
-            features = self._features(context)
+            context = self.feature_map.context(mask, batch, length, q.device)
             out_dtype = v.dtype
             q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
             if self.causal:
-                out = causal_linear_attention(q, k, v, mask, features, self.eps, self.chunk_size)
+                out = self.kernels.causal(
+                    q, k, v, mask, self.feature_map, context, self.eps, self.chunk_size
+                )
             else:
-                out = bidirectional_linear_attention(
-                    q, k, v, mask, features, self.eps, BIDIRECTIONAL_CHUNK,
-                    self.feature_map_vjp(context),
+                out = self.kernels.bidirectional(
+                    q, k, v, mask, self.feature_map, context, self.eps, BIDIRECTIONAL_CHUNK
                 )
         return out.to(out_dtype)
 
@@ -131,12 +110,12 @@ class LinearAttention(nn.Module):
         if q.shape[-1] != self.head_dim:
             raise ValueError(f"step(): q has last dim {q.shape[-1]}, expected {self.head_dim}.")
         position = 0 if state is None else state.position
-        self.check_length(position + 1)
+        self.feature_map.check_length(position + 1)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         with torch.autocast(device_type=q.device.type, enabled=False):
-            context = self.feature_context(None, q.shape[0], position + 1, q.device)
-            out, state = recurrent_step(
-                q.to(dtype), k.to(dtype), v.to(dtype), state, self._features(context), self.eps
+            context = self.feature_map.context(None, q.shape[0], position + 1, q.device)
+            out, state = self.kernels.step(
+                q.to(dtype), k.to(dtype), v.to(dtype), state, self.feature_map, context, self.eps
             )
         return out.to(v.dtype), state
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from linarena.attention.validation import check_attention_inputs
+from linarena.attention.validation import check_attention_inputs, check_right_padded
 
 
 class SoftmaxAttention(nn.Module):
@@ -33,6 +33,8 @@ class SoftmaxAttention(nn.Module):
         Returns (batch, heads, length, head_dim).
         """
         check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        if self.causal and mask is not None:
+            check_right_padded(mask, type(self).__name__)
         dropout_p = self.dropout if self.training else 0.0
         if self.causal or mask is None:
             # Right padding: under a causal mask a real query never sees a padded key, so the

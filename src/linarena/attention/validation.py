@@ -41,3 +41,14 @@ def check_attention_inputs(
             f"got {tuple(mask.shape)}."
         )
 
+
+
+def check_right_padded(mask: Tensor, name: str) -> None:
+    """Refuse a key-padding mask (batch, length) that is not right-padded (a False followed by a
+    True). An asynchronous assert: no GPU sync on CUDA (the error surfaces at a later
+    synchronisation), and torch.compile traces it."""
+    torch._assert_async(
+        (mask[:, 1:] <= mask[:, :-1]).all(),
+        f"{name}: the mask must be right-padded (real tokens first, then padding); causal "
+        "attention drops the key mask and relies on it. Pad sequences on the right.",
+    )

@@ -26,6 +26,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from linarena.files import write_atomic
+from linarena.system import available_cpus
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 CLOSE = "]"
@@ -121,13 +122,6 @@ def _generate_chunk(args: tuple[int, int, int, int, int, int]) -> list[tuple[str
     return accepted
 
 
-def _available_cpus() -> int:
-    """CPUs this process may run on (the affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def iter_unique_listops(
     seed: int = 0,
     max_depth: int = 10,
@@ -149,7 +143,7 @@ def iter_unique_listops(
             f"and max_args={max_args} (longest possible: {max_tree_length(max_depth, max_args)}); "
             "lower data.min_length or raise data.max_depth / data.max_args / data.max_length"
         )
-    workers = workers or min(_available_cpus(), 8)
+    workers = workers or min(available_cpus(), 8)
     round_size = 4 * workers
     seen: set[bytes] = set()  # 16-byte digests, not the (long) expressions
     context = multiprocessing.get_context(

@@ -63,6 +63,7 @@ from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
 from linarena.data.pathfinder_curves import SceneGeometry, layout_scene
+from linarena.system import available_cpus
 
 DIFFICULTIES: dict[str, int] = {
     "curv_baseline": 6,
@@ -310,9 +311,7 @@ def generate_pathfinder(
             f"{images_per_folder} and {seed}."
         )
     if workers is None:
-        workers = (
-            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        )
+        workers = available_cpus()
     if workers < 1:
         raise ValueError(f"workers must be >= 1 (or None for all CPUs), got {workers}.")
     base = Path(root) / f"pathfinder{resolution}" / difficulty

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import get_object
+from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig
 
 from linarena.training.errors import ConfigError
@@ -93,14 +93,7 @@ def check_config(cfg: DictConfig) -> None:
             f"each head gets {width_key} // num_heads dimensions. Change model.num_heads to a "
             f"divisor of {width} or model.{width_key} to a multiple of {model.num_heads}."
         )
-    if model.causal and "max_length" in cfg.attention and cfg.attention.max_length is None:
-        raise ConfigError(
-            "model.causal=true with attention.max_length=null: causal cosFormer weights "
-            "position pairs by cos(pi/2 * (i - j) / M) with M = attention.max_length, which must "
-            "be known in advance. Drop the attention.max_length=null override (by default it "
-            "follows model.max_length) or set attention.max_length to at least the sequence "
-            f"length ({cfg.data.max_length} tokens here)."
-        )
+    check_attention_builds(cfg)
     if model.max_length < cfg.data.max_length:
         raise ConfigError(
             f"data.max_length={cfg.data.max_length} is longer than model.max_length="
@@ -108,6 +101,23 @@ def check_config(cfg: DictConfig) -> None:
             f"Set model.max_length={cfg.data.max_length} (its default is ${{data.max_length}}) "
             f"or data.max_length={model.max_length}."
         )
+
+
+def check_attention_builds(cfg: DictConfig) -> None:
+    """Build one attention layer as the model will, so that the constructors' own checks (e.g.
+    causal cosFormer's max_length) fail now, before any data is prepared, and are written once.
+    Runs before the run's seed is set: a random draw here changes no result."""
+    model = cfg.model
+    if model.num_heads < 1 or model.d_model % model.num_heads != 0:
+        return  # reported with its own message above
+    for key, node in cfg.attention.items():  # nested objects (a feature map): keys too
+        if isinstance(node, DictConfig) and "_target_" in node:
+            check_keys(node, f"attention.{key}")
+    try:
+        instantiate(cfg.attention)(head_dim=model.d_model // model.num_heads, causal=model.causal)
+    except Exception as err:
+        cause = err.__cause__ or err
+        raise ConfigError(f"attention ({cfg.attention._target_}): {cause}") from err
 
 
 def check_validation_runs(trainer: DictConfig) -> None:

@@ -9,10 +9,9 @@ from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from linarena.data.batching import IGNORE_INDEX
 from linarena.training.errors import NonFiniteLossError
 from linarena.training.optim import OptimSettings, build_optimizer, build_scheduler
-
-IGNORE_INDEX = -100
 
 
 class ClassificationModule(LightningModule):

@@ -3,22 +3,20 @@ memory, parameter count."""
 
 from __future__ import annotations
 
-import resource
-import sys
 import time
 from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from linarena.system import peak_rss_mb
+
 
 def peak_memory_mb(device: torch.device) -> float:
     """Peak GPU memory allocated by tensors on `device` (CUDA), else the process's peak RSS."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # Linux reports kilobytes, macOS bytes.
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+    return peak_rss_mb()
 
 
 class PerfMonitor(Callback):

@@ -4,21 +4,26 @@ The keys are summarised in one augmented state S~ = sum_j phi(k_j) [w_j v_j, w_j
 (m, d_v + 1): its first d_v columns are S and its last column is the normaliser z (the usual
 "append a column of ones to v"). One matmul phi(q) S~ then gives numerator and denominator
 together, and the backward pass needs one matmul per gradient instead of a matmul plus a
-matrix-vector product. See linear_kernels.py for the notation (key weights w_j, log-scales).
+matrix-vector product. See common.py for the notation (key weights w_j, log-scales).
 
 Chunking keeps each elementwise pass in cache and its buffers small; not storing phi(q) and
-phi(k) saves two (batch, heads, length, num_features) tensors per layer.
+phi(k) saves two (batch, heads, length, num_features) tensors per layer. A map without an
+analytic backward takes the same sums through autograd instead (_by_autograd), which stores phi
+but needs nothing from the map beyond its forward, and traces in one torch.compile graph.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from linarena.attention.buffers import rows, write_into
-from linarena.attention.linear_kernels import (
+from linarena.attention.feature_map import FeatureMap
+from linarena.attention.kernels.common import (
     FeatureFn,
-    FeatureVjp,
+    bind_context,
     masked_log_scale,
     plain_weights,
 )
@@ -40,34 +45,6 @@ def _augmented_values(buffer: Tensor, v: Tensor, weights: Tensor | None) -> Tens
     return values
 
 
-def _recompute(
-    features: FeatureFn, x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Features of a chunk in the backward pass: (x as a leaf, phi, log_scale). With `out` (a
-    buffer, used when the map has an analytic vjp) there is no autograd graph; without it,
-    phi has a graph back to the leaf."""
-    track = out is None
-    x = x.detach().requires_grad_(track)
-    with torch.set_grad_enabled(track):
-        phi, log_scale = features(x, positions, is_query, out)
-    return x, phi, log_scale
-
-
-def _features_backward(
-    vjp: FeatureVjp | None, x: Tensor, positions: Tensor, phi: Tensor, log_scale: Tensor | None,
-    grad_phi: Tensor, grad_log_scale: Tensor | None, out: Tensor,
-) -> None:
-    """Write d loss / d x into `out`, analytically or through the recomputed graph."""
-    if vjp is not None:
-        vjp(x.detach(), positions, phi, grad_phi, grad_log_scale, out)
-        return
-    if grad_log_scale is None:
-        (grad,) = torch.autograd.grad(phi, x, grad_phi)
-    else:
-        (grad,) = torch.autograd.grad((phi, log_scale), x, (grad_phi, grad_log_scale))
-    out.copy_(grad)
-
-
 def _chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
     """(start, end) of each chunk. Written over the chunk count rather than range(0, length, ..)
     so that torch.compile specialises on the number of chunks, not on the exact length: one
@@ -77,7 +54,7 @@ def _chunk_bounds(length: int, chunk_size: int) -> list[tuple[int, int]]:
 
 
 class BidirectionalLinearAttention(torch.autograd.Function):
-    """See bidirectional_linear_attention."""
+    """See chunked_bidirectional."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, features, vjp, eps, chunk_size):
@@ -130,13 +107,11 @@ class BidirectionalLinearAttention(torch.autograd.Function):
         batch, heads, chunk, _ = q[:, :, : bounds[0][1]].shape
         buffer = v.new_empty(batch, heads, chunk, v.shape[-1] + 1)
         grad_phi_buffer = q.new_empty(batch, heads, chunk, state.shape[-2])
-        # Without a vjp, phi must come with a graph: a fresh tensor, not a buffer.
-        phi_buffer = None if vjp is None else torch.empty_like(grad_phi_buffer)
+        phi_buffer = torch.empty_like(grad_phi_buffer)
 
         for s, e in bounds:
-            x, phi_q, _ = _recompute(
-                features, q[:, :, s:e], positions[s:e], True, rows(phi_buffer, e - s)
-            )
+            x = q[:, :, s:e].detach()
+            phi_q, _ = features(x, positions[s:e], True, rows(phi_buffer, e - s))
             # d loss / d [numerators, normaliser] of the chunk's queries.
             grad_num_den = buffer[:, :, : e - s]
             g = write_into(
@@ -147,15 +122,12 @@ class BidirectionalLinearAttention(torch.autograd.Function):
                 rows(grad_phi_buffer, e - s), torch.matmul, grad_num_den, state.transpose(-1, -2)
             )
             grad_state += phi_q.detach().transpose(-1, -2) @ grad_num_den
-            _features_backward(
-                vjp, x, positions[s:e], phi_q, None, grad_phi_q, None, grad_q[:, :, s:e]
-            )
+            vjp(x, positions[s:e], phi_q, grad_phi_q, None, grad_q[:, :, s:e])
 
         for s, e in bounds:
             mask_c = None if mask is None else mask[:, s:e]
-            x, phi_k, log_scale = _recompute(
-                features, k[:, :, s:e], positions[s:e], False, rows(phi_buffer, e - s)
-            )
+            x = k[:, :, s:e].detach()
+            phi_k, log_scale = features(x, positions[s:e], False, rows(phi_buffer, e - s))
             if log_scale is None:
                 weights = plain_weights(mask_c, phi_k.dtype)
             else:
@@ -178,22 +150,58 @@ class BidirectionalLinearAttention(torch.autograd.Function):
                 write_into(grad_v[:, :, s:e], torch.mul, grad_wv, weights[..., None])
                 grad_weights = (grad_wv * v_c).sum(dim=-1) + grad_wv_w[..., -1]
                 grad_log_scale = grad_weights * weights
-            _features_backward(
-                vjp, x, positions[s:e], phi_k, log_scale, grad_phi_k, grad_log_scale,
-                grad_k[:, :, s:e],
-            )
+            vjp(x, positions[s:e], phi_k, grad_phi_k, grad_log_scale, grad_k[:, :, s:e])
         return grad_q, grad_k, grad_v, None, None, None, None, None
 
 
-def bidirectional_linear_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, features: FeatureFn,
-    eps: float, chunk_size: int, vjp: FeatureVjp | None = None,
+def _by_autograd(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, features: FeatureFn, eps: float,
+    chunk_size: int,
+) -> Tensor:
+    """The same chunked sums for a map without an analytic backward, differentiated by
+    autograd through the map (which keeps each chunk's phi for the backward pass)."""
+    length = q.shape[2]
+    positions = torch.arange(length, device=q.device)
+    bounds = _chunk_bounds(length, chunk_size)
+    state, top = None, None  # state: (b, h, m, d_v + 1) = [S | z]
+    for s, e in bounds:
+        mask_c, v_c = None if mask is None else mask[:, s:e], v[:, :, s:e]
+        phi_k, log_scale = features(k[:, :, s:e], positions[s:e], False)
+        if log_scale is None:
+            weights = plain_weights(mask_c, v.dtype)
+        else:
+            log_scale = masked_log_scale(log_scale, mask_c)
+            new_top = log_scale.detach().amax(dim=-1)
+            if top is not None:
+                new_top = torch.maximum(top, new_top)
+                state = state * torch.exp(top - new_top)[..., None, None]
+            top = new_top
+            weights = torch.exp(log_scale - top[..., None])
+        ones = v_c.new_ones(*v_c.shape[:3], 1)
+        values = torch.cat([v_c, ones], dim=-1)
+        values = values if weights is None else values * weights[..., None]
+        update = phi_k.transpose(-1, -2) @ values
+        state = update if state is None else state + update
+    outs = []
+    for s, e in bounds:
+        num_den = features(q[:, :, s:e], positions[s:e], True)[0] @ state
+        outs.append(num_den[..., :-1] / (num_den[..., -1:] + eps))
+    return torch.cat(outs, dim=2)
+
+
+def chunked_bidirectional(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, feature_map: FeatureMap,
+    context: Any, eps: float, chunk_size: int,
 ) -> Tensor:
     """Bidirectional linear attention over chunks of `chunk_size` tokens.
 
-    q, k: (batch, heads, n, d); v: (batch, heads, n, d_v); mask: bool (batch, n) or None.
-    `vjp`: the analytic backward of `features`, or None to differentiate a recomputation.
-
-    Returns (batch, heads, n, d_v).
+    With the map's analytic backward (feature_map.vjp), a custom backward recomputes the
+    features instead of storing them; without one, autograd differentiates through the map.
+    q, k: (batch, heads, n, d); v: (batch, heads, n, d_v); mask: bool (batch, n) or None;
+    context: feature_map.context(...) of this call. Returns (batch, heads, n, d_v).
     """
+    features = bind_context(feature_map, context)
+    vjp = feature_map.vjp(context)
+    if vjp is None:
+        return _by_autograd(q, k, v, mask, features, eps, chunk_size)
     return BidirectionalLinearAttention.apply(q, k, v, mask, features, vjp, eps, chunk_size)

@@ -1,0 +1,180 @@
+"""Time attention variants, forward and forward+backward, against sequence length.
+
+    python scripts/benchmark_attention.py                      # every variant, CPU, fp32
+    python scripts/benchmark_attention.py --variants elu taylor --lengths 256 1024
+    python scripts/benchmark_attention.py --device cuda --dtype bf16
+
+The variants are the files of conf/attention/, built with their training settings. Bidirectional
+runs also time two reference implementations in the same run, so every speed claim is a ratio
+measured side by side: einsum_elu (a straightforward einsum implementation of elu+1 attention)
+and performer_pytorch (FastAttention from `performer-pytorch`, if installed: `pip install -e
+".[bench]"`). The variants of one length are timed round-robin (median of --repeats calls
+each), so a machine whose speed drifts cannot favour one of them. Prints a table and writes a
+CSV (default results/benchmark_attention.csv; on CUDA, peak_memory_mb is what one
+forward+backward allocates beyond its inputs). Bidirectional runs with `performer` also measure
+its approximation error against exact softmax attention, on random and on clustered inputs at
+several q, k scales, against performer-pytorch with the same projections
+(<out>_performer_error.csv; see linarena.analysis.performer_error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from linarena.analysis.bench_runner import run_round_robin, write_csv_atomic
+from linarena.analysis.performer_error import approximation_errors, error_table
+from linarena.attention.variants import check_variant_names, is_linear, load_variant, variant_names
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+BASELINE = "softmax"
+
+
+def einsum_elu(q, k, v, eps: float = 1e-6):
+    """The textbook elu+1 linear attention: what the linarena kernel is compared against."""
+    q, k = F.elu(q) + 1, F.elu(k) + 1
+    kv = torch.einsum("bhnd,bhne->bhde", k, v)
+    normaliser = 1 / (torch.einsum("bhnd,bhd->bhn", q, k.sum(dim=2)) + eps)
+    return torch.einsum("bhnd,bhde,bhn->bhne", q, kv, normaliser)
+
+
+def build_variants(args) -> tuple[dict[str, Callable], dict[str, bool]]:
+    """The modules to time (name -> callable) and whether each one's cost is linear."""
+    torch.manual_seed(0)  # Performer's seedless projection, learned maps
+    model = {"max_length": max(args.lengths)}
+    variants: dict[str, Callable] = {
+        name: load_variant(name, model)(head_dim=args.head_dim, causal=args.causal)
+        for name in args.variants
+    }
+    linear = {name: is_linear(name) for name in args.variants}
+    if not args.causal and args.references:
+        variants["einsum_elu"], linear["einsum_elu"] = einsum_elu, True
+        try:
+            from performer_pytorch import FastAttention
+
+            performer = variants.get("performer")
+            features = performer.num_features if performer is not None else 256
+            variants["performer_pytorch"] = FastAttention(dim_heads=args.head_dim,
+                                                          nb_features=features)
+            linear["performer_pytorch"] = True
+        except ImportError:
+            print("performer-pytorch not installed: skipping that reference (pip install -e '.[bench]')")
+    return {name: (m.to(args.device) if isinstance(m, torch.nn.Module) else m)
+            for name, m in variants.items()}, linear
+
+
+def prepare(fn, length: int, args) -> tuple[Callable, Callable, float]:
+    """A forward and a forward+backward call of `fn` on inputs of its own at `length`, warmed
+    up, and the CUDA memory one forward+backward needs beyond its inputs in MB (NaN off CUDA)."""
+    shape = (args.batch, args.heads, length, args.head_dim)
+    q, k, v = (torch.randn(shape, device=args.device, requires_grad=True) for _ in range(3))
+    autocast = torch.autocast(args.device.type, dtype=DTYPES[args.dtype],
+                              enabled=args.dtype != "fp32")
+
+    def forward():
+        with torch.no_grad(), autocast:
+            fn(q, k, v)
+
+    def forward_backward():
+        for x in (q, k, v):  # as zero_grad(set_to_none=True) does: no accumulation pass
+            x.grad = None
+        with autocast:
+            out = fn(q, k, v)
+        out.float().sum().backward()
+
+    for _ in range(max(args.warmup - 1, 0)):
+        forward()
+        forward_backward()
+    forward()
+    if args.device.type != "cuda":
+        forward_backward()
+        return forward, forward_backward, math.nan
+    torch.cuda.synchronize(args.device)
+    before = torch.cuda.memory_allocated(args.device)
+    torch.cuda.reset_peak_memory_stats(args.device)
+    forward_backward()
+    peak_mb = (torch.cuda.max_memory_allocated(args.device) - before) / 2**20
+    return forward, forward_backward, peak_mb
+
+
+def summarise(rows: list[dict], args) -> list[str]:
+    """Ratios from this one run, for the variants measured here only."""
+    ms = {(r["variant"], r["length"]): r["fwd_bwd_ms"] for r in rows if r["status"] == "ok"}
+    lines = []
+    for length in args.lengths:
+        for ours, reference in (("elu", "einsum_elu"), ("performer", "performer_pytorch")):
+            if (ours, length) in ms and (reference, length) in ms:
+                lines.append(f"{ours} vs {reference}, fwd+bwd, N={length}: "
+                             f"{ms[reference, length] / ms[ours, length]:.2f}x faster")
+    for name in args.variants:
+        measured = [n for n in args.lengths if (name, n) in ms and (BASELINE, n) in ms]
+        if name == BASELINE or not measured:
+            continue
+        faster = [n for n in measured if ms[name, n] < ms[BASELINE, n]]
+        # Crossover: the shortest length from which the variant is faster at every longer one.
+        cross = next((n for n in measured if all(m in faster for m in measured if m >= n)), None)
+        lines.append(f"{name} faster than {BASELINE} (fwd+bwd) from N={cross}" if cross
+                     else f"{name} not faster than {BASELINE} at any measured length")
+        top = max(measured)
+        lines.append(f"  at N={top}: {BASELINE}/{name} time ratio "
+                     f"{ms[BASELINE, top] / ms[name, top]:.2f}")
+    return lines
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+",
+                        default=[256, 512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--variants", nargs="+", default=variant_names(),
+                        help="names of conf/attention/*.yaml (default: all)")
+    parser.add_argument("--no-references", dest="references", action="store_false",
+                        help="do not time einsum_elu and performer_pytorch")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+                        help="fp32, or bf16/fp16 autocast (GPU)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (at least 1)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed calls per variant, round-robin over the variants")
+    parser.add_argument("--max-seconds", type=float, default=30.0,
+                        help="skip a case whose predicted fwd+bwd time exceeds this")
+    parser.add_argument("--error-scales", type=float, nargs="*", default=[0.25, 0.5, 1.0],
+                        help="q, k scales of the Performer approximation-error table (none: skip)")
+    parser.add_argument("--out", type=Path, default=Path("results/benchmark_attention.csv"))
+    args = parser.parse_args(argv)
+    try:
+        args.variants = check_variant_names(args.variants)
+    except ValueError as error:
+        parser.error(f"--variants: {error}")
+    args.device = torch.device(args.device)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    print(f"device={args.device} dtype={args.dtype} batch={args.batch} heads={args.heads} "
+          f"head_dim={args.head_dim} causal={args.causal} threads={torch.get_num_threads()}")
+    variants, linear = build_variants(args)
+    fields = {"causal": args.causal, "batch": args.batch, "heads": args.heads,
+              "head_dim": args.head_dim, "device": str(args.device), "dtype": args.dtype}
+    rows = run_round_robin(linear, args.lengths, lambda name, n: prepare(variants[name], n, args),
+                           args.repeats, args.device, args.max_seconds, fields)
+    write_csv_atomic(rows, args.out, columns=list(rows[0]))
+    print("\n".join(["", *summarise(rows, args), f"CSV: {args.out}"]))
+    if "performer" in variants and not args.causal and args.error_scales:
+        length = min(args.lengths, key=lambda n: abs(n - 4096))
+        error_rows = approximation_errors(
+            variants["performer"], length, args.heads, args.error_scales, args.device,
+            with_performer_pytorch="performer_pytorch" in variants,
+        )
+        error_path = args.out.with_name(f"{args.out.stem}_performer_error.csv")
+        write_csv_atomic(error_rows, error_path, columns=list(error_rows[0]))
+        print("\n".join(["", *error_table(error_rows), f"CSV: {error_path}"]))

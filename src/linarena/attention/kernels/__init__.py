@@ -1,0 +1,42 @@
+"""Linear-attention kernels: the algorithm, for any FeatureMap, in three forms.
+
+A backend is a set of three functions with the signatures of the PyTorch ones:
+  - bidirectional(q, k, v, mask, feature_map, context, eps, chunk_size) -> out
+  - causal(q, k, v, mask, feature_map, context, eps, chunk_size) -> out
+  - step(q, k, v, state, feature_map, context, eps) -> (out, state)
+LinearAttention picks one by name (its `backend` argument). "torch" (chunked_bidirectional.py,
+chunked_causal.py, recurrent.py) is the reference every other backend is tested against; a
+fused GPU backend is one more file here and one entry in BACKENDS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from linarena.attention.kernels.chunked_bidirectional import chunked_bidirectional
+from linarena.attention.kernels.chunked_causal import chunked_causal
+from linarena.attention.kernels.common import LinearAttentionState
+from linarena.attention.kernels.recurrent import recurrent_step
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The three kernels of one implementation."""
+
+    bidirectional: Callable
+    causal: Callable
+    step: Callable
+
+
+BACKENDS = {"torch": Backend(chunked_bidirectional, chunked_causal, recurrent_step)}
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called `name`; a clear error for an unknown one."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown linear-attention backend {name!r}; valid: {sorted(BACKENDS)}.")
+    return BACKENDS[name]
+
+
+__all__ = ["BACKENDS", "Backend", "LinearAttentionState", "get_backend"]
