@@ -137,8 +137,9 @@ def test_diverging_run_stops_with_a_message_and_keeps_the_last_good_checkpoint(
         run_job(cfg)
     assert exit_info.value.code == 1
     message = capsys.readouterr().err
-    assert "step 3 with attention=elu" in message
-    assert str(output_dir / "checkpoints" / "last.ckpt") in message
+    # Found when the next checkpoint (step 4) was about to be written; that one is not saved.
+    assert "diverged by step 4 with attention=elu" in message
+    assert f"{output_dir / 'checkpoints' / 'last.ckpt'}, step 2" in message
 
     checkpoint = torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["global_step"] == 2  # saved at the last validation before the divergence

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from linarena.data.batching import (
     PackedSequences,
@@ -21,6 +23,8 @@ from linarena.data.batching import (
 from linarena.data.cache import config_hash, load_or_build
 
 log = logging.getLogger(__name__)
+# torchdata 0.11 calls a deprecated torch function on every new iterator; nothing to act on.
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 SPLITS = ("train", "val", "test")
 COLLATE_FUNCTIONS = {"sequence": collate_sequences, "pair": collate_pairs, "token": collate_tokens}
@@ -127,7 +131,10 @@ class LRADataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if not self.datasets:
             self.setup()
-        return DataLoader(
+        # The training loader is stateful: checkpoints hold its position and shuffling state,
+        # so a resumed run sees the rest of the epoch in the same order as an uninterrupted one.
+        loader_class = StatefulDataLoader if shuffle else DataLoader
+        return loader_class(
             self.datasets[split],
             batch_size=self.batch_size,
             shuffle=shuffle,

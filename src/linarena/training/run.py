@@ -11,10 +11,12 @@ import wandb
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch import Trainer
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from linarena.training.build import Components, build_components
-from linarena.training.summary import SUMMARY_FILE, summary_metrics, write_summary
+from linarena.training.resume import append_history, finished, restore_run_config
+from linarena.training.summary import SUMMARY_FILE, read_summary, summary_metrics, write_summary
 from linarena.training.wandb_run import location_message, log_comparison_row, run_info
 
 log = logging.getLogger(__name__)
@@ -77,16 +79,37 @@ def train(cfg: DictConfig) -> float:
     hyperparameter searches maximise (check_config makes sure validation runs)."""
     started = time.monotonic()
     output_dir = Path(cfg.paths.output_dir).resolve()
+    cfg, resume = restore_run_config(cfg, output_dir)
+    if finished(cfg, resume):
+        print(
+            f"The run in {output_dir} already finished: its checkpoint {resume.checkpoint} is at "
+            f"step {resume.step} and trainer.max_steps={cfg.trainer.max_steps}. Nothing was "
+            "changed. To train longer, resume with a larger trainer.max_steps."
+        )
+        previous = read_summary(output_dir)
+        return float((previous or {}).get("metrics", {}).get("val/acc_best") or "nan")
     multirun, launcher = hydra_context()
     parts = build_components(cfg, output_dir, multirun, launcher)
     trainer = parts.trainer
+    history = append_history(output_dir, resume) if resume is not None else []
     exit_code = 1
     try:
-        trainer.fit(parts.module, datamodule=parts.datamodule, ckpt_path=parts.ckpt_path)
+        try:
+            trainer.fit(
+                parts.module,
+                datamodule=parts.datamodule,
+                ckpt_path=parts.ckpt_path,
+                weights_only=True,
+            )
+        except SIGTERMException:
+            raise parts.signals.stopped(trainer, output_dir) from None
         # Read before testing: loading the best checkpoint would restore an older maximum.
         best_val = parts.module.val_acc_best.compute().item()
         tested = trainer.test(
-            parts.module, datamodule=parts.datamodule, ckpt_path=best_checkpoint(trainer)
+            parts.module,
+            datamodule=parts.datamodule,
+            ckpt_path=best_checkpoint(trainer),
+            weights_only=True,
         )
         metrics = {
             "test/acc": tested[0].get("test/acc"),
@@ -96,6 +119,7 @@ def train(cfg: DictConfig) -> float:
             "model/params": parts.perf.num_params,
         }
         summary = build_summary(cfg, parts, metrics, output_dir, time.monotonic() - started)
+        summary["resumes"] = history
         if trainer.is_global_zero:
             if parts.wandb_logger is not None and wandb.run is not None:
                 known = {k: v for k, v in summary["metrics"].items() if v is not None}
