@@ -13,6 +13,7 @@ from linarena.data.batching import pack_sequences
 from linarena.data.cache import config_hash
 from linarena.data.errors import DataFormatError, missing_data_error
 from linarena.data.listops_generator import write_listops_files
+from linarena.files import build_lock, remove_stale_temps
 from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_path, reads_official
 
 # Token ids: 0 is padding; the 15 symbols follow. `(` and `)` are dropped, as in the LRA pipeline.
@@ -146,12 +147,15 @@ class ListOpsDataModule(LRADataModule):
     def build(self) -> dict[str, torch.Tensor]:
         official = self.official_dir if self.uses_official() else None
         folder = official or self.generated_dir
-        if official is None and not all(
-            (folder / f"basic_{split}.tsv").exists() for split in SPLITS
-        ):
-            write_listops_files(
-                folder, self.sizes, workers=self.generator_workers, **self.generator_settings
-            )
+        if official is None:
+            # One job generates; a second one started at the same time waits, then reads.
+            with build_lock(folder):
+                if not all((folder / f"basic_{split}.tsv").exists() for split in SPLITS):
+                    remove_stale_temps(folder)
+                    write_listops_files(
+                        folder, self.sizes, workers=self.generator_workers,
+                        **self.generator_settings,
+                    )
         tensors = {}
         for split in SPLITS:
             path = folder / f"basic_{split}.tsv"
