@@ -33,6 +33,8 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 def tensor_checksum(tensor: torch.Tensor) -> int:
     """CRC32 of a tensor's bytes (tensors are made contiguous first)."""
+    if tensor.numel() == 0:
+        return zlib.crc32(b"")
     array = tensor.detach().contiguous().view(-1).view(torch.uint8).numpy()
     return zlib.crc32(memoryview(array))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from linarena.data.errors import DataFormatError, DataNotFoundError
+from linarena.data.errors import DataConfigError, DataFormatError, DataNotFoundError
 from linarena.models import SequenceTooLongError
 from linarena.training.errors import LinarenaError, NonFiniteLossError
 from linarena.training.resume import checkpoint_step
@@ -17,7 +17,13 @@ from linarena.training.run import hydra_context, train
 from linarena.training.signals import RunStopped
 
 # Failures whose message already says what is wrong and what to change.
-USER_ERRORS = (LinarenaError, DataNotFoundError, DataFormatError, SequenceTooLongError)
+USER_ERRORS = (
+    LinarenaError,
+    DataNotFoundError,
+    DataFormatError,
+    DataConfigError,
+    SequenceTooLongError,
+)
 
 
 def explain(err: BaseException, output_dir: Path, lr: float) -> str:
