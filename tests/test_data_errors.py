@@ -125,3 +125,31 @@ def test_a_truncated_or_foreign_checkpoint_is_named(
     torch.save({"weight": torch.zeros(3)}, foreign)
     message = run_message(tmp_path, capsys, f"ckpt_path={foreign}")
     assert f"{foreign} is not a Lightning training checkpoint" in message
+
+
+def test_a_checkpoint_of_another_model_is_named_not_a_size_mismatch_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from linarena.training import train
+
+    other = tmp_path / "other"
+    train(compose_config(["debug=smoke", "logger=none", "model.d_model=16",
+                          "trainer.enable_progress_bar=false",
+                          f"paths.data_dir={tmp_path / 'data'}"], output_dir=other))
+    message = run_message(tmp_path, capsys, f"ckpt_path={other / 'checkpoints' / 'last.ckpt'}",
+                          "trainer.max_steps=8")
+    assert "holds a different model than this config" in message
+    assert "hydra.run.dir=<its folder>" in message
+
+
+def test_slurm_sends_the_signal_lightning_requeues_on() -> None:
+    import signal
+
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+    from omegaconf import OmegaConf
+    from training_helpers import compose_with_hydra
+
+    launcher = compose_with_hydra(["hydra/launcher=slurm", "trainer=ddp"]).hydra.launcher
+    sbatch_signal = OmegaConf.to_container(launcher.additional_parameters, resolve=True)["signal"]
+    assert sbatch_signal.split("@")[0] == SLURMEnvironment().requeue_signal.name.removeprefix("SIG")
+    assert SLURMEnvironment().auto_requeue and SLURMEnvironment().requeue_signal == signal.SIGUSR1

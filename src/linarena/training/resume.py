@@ -175,3 +175,26 @@ def append_history(output_dir: Path, resume: Resume) -> list[dict[str, Any]]:
     history = [*(history or []), resume.record()]
     write_text_atomic(path, yaml.safe_dump(history, sort_keys=False))
     return history
+
+
+def check_checkpoint_fits(path: Path, module: torch.nn.Module) -> None:
+    """ConfigError when the checkpoint holds another model than `module` (a checkpoint of a run
+    with other settings), instead of Lightning's size-mismatch traceback."""
+    stored = torch.load(path, map_location="cpu", mmap=True, weights_only=True)["state_dict"]
+    own = module.state_dict()
+    differ = [k for k in own if k in stored and tuple(stored[k].shape) != tuple(own[k].shape)]
+    missing = [k for k in own if k not in stored]
+    if not differ and not missing:
+        return
+    example = (
+        f"e.g. {differ[0]} is {list(stored[differ[0]].shape)} there, {list(own[differ[0]].shape)} "
+        "here"
+        if differ
+        else f"e.g. {missing[0]} is missing"
+    )
+    raise ConfigError(
+        f"ckpt_path: {path} holds a different model than this config ({len(differ)} weight "
+        f"shapes differ, {len(missing)} weights missing; {example}). Resume that run from its "
+        "own folder (python train.py ckpt_path=last hydra.run.dir=<its folder>), which uses its "
+        "saved config."
+    )

@@ -15,7 +15,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from linarena.training.build import Components, build_components
-from linarena.training.resume import append_history, finished, restore_run_config
+from linarena.training.resume import (
+    append_history,
+    check_checkpoint_fits,
+    finished,
+    restore_run_config,
+)
 from linarena.training.summary import SUMMARY_FILE, read_summary, summary_metrics, write_summary
 from linarena.training.wandb_run import location_message, log_comparison_row, run_info
 
@@ -90,6 +95,8 @@ def train(cfg: DictConfig) -> float:
         return float((previous or {}).get("metrics", {}).get("val/acc_best") or "nan")
     multirun, launcher = hydra_context()
     parts = build_components(cfg, output_dir, multirun, launcher)
+    if parts.ckpt_path is not None:
+        check_checkpoint_fits(Path(parts.ckpt_path), parts.module)
     trainer = parts.trainer
     history = append_history(output_dir, resume) if resume is not None else []
     exit_code = 1
