@@ -101,15 +101,9 @@ def train(cfg: DictConfig) -> float:
     history = append_history(output_dir, resume) if resume is not None else []
     exit_code = 1
     try:
-        try:
-            trainer.fit(
-                parts.module,
-                datamodule=parts.datamodule,
-                ckpt_path=parts.ckpt_path,
-                weights_only=True,
-            )
-        except SIGTERMException:
-            raise parts.signals.stopped(trainer, output_dir) from None
+        trainer.fit(
+            parts.module, datamodule=parts.datamodule, ckpt_path=parts.ckpt_path, weights_only=True
+        )
         # Read before testing: loading the best checkpoint would restore an older maximum.
         best_val = parts.module.val_acc_best.compute().item()
         tested = trainer.test(
@@ -134,6 +128,8 @@ def train(cfg: DictConfig) -> float:
                 log_comparison_row(wandb.run, summary)
             write_summary(output_dir, summary)
         exit_code = 0
+    except SIGTERMException:  # SIGTERM or SIGINT, while training or testing (signals.py)
+        raise parts.signals.stopped(trainer, output_dir) from None
     finally:
         # Each job of a multirun is its own W&B run.
         if parts.wandb_logger is not None and wandb.run is not None:

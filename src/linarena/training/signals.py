@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from linarena.training.errors import LinarenaError
@@ -69,6 +70,8 @@ class SaveOnSignal(Callback):
         if not isinstance(exception, SIGTERMException):
             return
         self.signal_name = self.signal_name or "SIGTERM"
+        if trainer.state.fn != TrainerFn.FITTING:
+            return  # while testing, the weights in memory are the best checkpoint's, not the last
         trainer.save_checkpoint(self.path)
         self.saved = True
 
@@ -82,7 +85,7 @@ class SaveOnSignal(Callback):
         where = (
             f"saved the checkpoint {self.path}"
             if self.saved
-            else "no checkpoint could be saved"
+            else f"training had ended, its checkpoints are in {self.path.parent}"
         )
         return RunStopped(
             f"Stopped by {self.signal_name} at step {trainer.global_step}; {where}. Resume "
