@@ -12,17 +12,19 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from torchmetrics import Metric
 
 from linarena.training.errors import NonFiniteLossError
 
 
-def non_finite_names(checkpoint: dict[str, Any]) -> list[str]:
+def non_finite_names(checkpoint: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
     """Names of the weights and optimizer-state entries holding NaN or inf (one host sync when
-    all are finite).
+    all are finite); state_dict keys starting with a prefix in `skip` are not checked.
 
     Returns e.g. ["state_dict/model.head.fc2.weight", "optimizer_states/0/state/3/exp_avg_sq"].
     """
-    groups = {"state_dict": checkpoint.get("state_dict", {})}
+    weights = checkpoint.get("state_dict", {})
+    groups = {"state_dict": {k: v for k, v in weights.items() if not k.startswith(skip)}}
     for index, state in enumerate(checkpoint.get("optimizer_states", [])):
         groups[f"optimizer_states/{index}"] = state
     named = []
@@ -62,7 +64,11 @@ class FiniteCheckpointGuard(Callback):
     def on_save_checkpoint(
         self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        bad = non_finite_names(checkpoint)
+        # Metric states are not weights: MaxMetric starts at -inf before the first validation.
+        metrics = tuple(
+            f"{name}." for name, module in pl_module.named_modules() if isinstance(module, Metric)
+        )
+        bad = non_finite_names(checkpoint, skip=metrics)
         # Decided together across DDP ranks, so that no rank waits alone in a collective.
         if trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
             shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
@@ -48,6 +50,8 @@ class ClassificationModule(LightningModule):
         self.val_acc_best = MaxMetric()
         # Saved in checkpoints, so a resumed run keeps the best accuracy seen before.
         self.val_acc_best.persistent(True)
+        # Random state read from a checkpoint, set again before the first resumed batch.
+        self._restored_rng: dict[str, Any] | None = None
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
         return self.model(tokens, mask)
@@ -83,7 +87,7 @@ class ClassificationModule(LightningModule):
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         # Restored here, after the loader's iterator was made (that draws a seed from the
         # global generator), just before the first dropout mask.
-        states, self._restored_rng = getattr(self, "_restored_rng", None), None
+        states, self._restored_rng = self._restored_rng, None
         if states is not None:
             torch.set_rng_state(states["torch"])
             if "cuda" in states and torch.cuda.is_available():
@@ -106,6 +110,7 @@ class ClassificationModule(LightningModule):
             ):
                 group["initial_lr"] = lr
                 group["lr"] = lr * factor(scheduler.last_epoch)
+            # What get_last_lr() (logged as train/lr) returns until the next step.
             scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
