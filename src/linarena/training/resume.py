@@ -134,9 +134,9 @@ def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, R
     path = checkpoint_path(str(cfg.ckpt_path), output_dir)
     step = checkpoint_step(path)
     saved = output_dir / ".hydra" / "config.yaml"
-    if not HydraConfig.initialized() or HydraConfig.get().output_subdir != RESUME_SUBDIR:
-        return cfg, Resume(path, step)
-    if not saved.is_file():
+    # Outside train.py (the compose API) or with no saved run here: the config as given.
+    in_train_py = HydraConfig.initialized() and HydraConfig.get().output_subdir == RESUME_SUBDIR
+    if not in_train_py or not saved.is_file():
         return cfg, Resume(path, step)
     hydra_cfg = HydraConfig.get()
     original = list(OmegaConf.load(output_dir / ".hydra" / "overrides.yaml"))
@@ -181,8 +181,13 @@ def check_checkpoint_fits(path: Path, module: torch.nn.Module) -> None:
     """ConfigError when the checkpoint holds another model than `module` (a checkpoint of a run
     with other settings), instead of Lightning's size-mismatch traceback."""
     stored = torch.load(path, map_location="cpu", mmap=True, weights_only=True)["state_dict"]
-    own = module.state_dict()
-    differ = [k for k in own if k in stored and tuple(stored[k].shape) != tuple(own[k].shape)]
+    # Tensors only: a module's extra state (e.g. Performer's redraw counter) may be anything.
+    own = {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+    differ = [
+        k
+        for k in own
+        if isinstance(stored.get(k), torch.Tensor) and stored[k].shape != own[k].shape
+    ]
     missing = [k for k in own if k not in stored]
     if not differ and not missing:
         return
