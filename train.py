@@ -6,6 +6,7 @@ Configs live in conf/ (Hydra); the work is done by linarena.training.run.train.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import hydra
@@ -23,5 +24,16 @@ def main(cfg: DictConfig) -> float:
     return run_job(cfg)
 
 
+def write_resume_files_apart(argv: list[str]) -> None:
+    """A resumed run (ckpt_path=...) writes its own Hydra files to .hydra/resume/, so that the
+    run's .hydra/config.yaml and overrides.yaml, the record of how it started, stay untouched."""
+    resuming = any(
+        a.startswith("ckpt_path=") and a not in ("ckpt_path=null", "ckpt_path=") for a in argv
+    )
+    if resuming and not any(a.startswith("hydra.output_subdir=") for a in argv):
+        argv.append("hydra.output_subdir=.hydra/resume")
+
+
 if __name__ == "__main__":
+    write_resume_files_apart(sys.argv)
     main()

@@ -121,7 +121,7 @@ def test_resume_from_last_checkpoint_continues_the_steps_and_the_wandb_run(
     assert second["wandb"]["id"] == first["wandb"]["id"]
     # val/acc_best is kept in the checkpoint, so the resumed run never reports a lower best.
     assert second["metrics"]["val/acc_best"] >= first["metrics"]["val/acc_best"]
-    checkpoint = torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 8
 
 
@@ -137,10 +137,11 @@ def test_diverging_run_stops_with_a_message_and_keeps_the_last_good_checkpoint(
         run_job(cfg)
     assert exit_info.value.code == 1
     message = capsys.readouterr().err
-    assert "step 3 with attention=elu" in message
-    assert str(output_dir / "checkpoints" / "last.ckpt") in message
+    # Found when the next checkpoint (step 4) was about to be written; that one is not saved.
+    assert "diverged by step 4 with attention=elu" in message
+    assert f"{output_dir / 'checkpoints' / 'last.ckpt'}, step 2" in message
 
-    checkpoint = torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    checkpoint = torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 2  # saved at the last validation before the divergence
     assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
     assert not (output_dir / "summary.json").exists()

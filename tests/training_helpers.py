@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,9 @@ def compose_config(overrides: list[str], output_dir: Path | None = None) -> Dict
 
 def train_env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
     """Environment for a train.py subprocess: offline W&B in tmp, the repo's src importable."""
-    python_path = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    # tests/ too, so that configs can name the callbacks of this file.
+    paths = (str(REPO / "src"), str(REPO / "tests"), os.environ.get("PYTHONPATH"))
+    python_path = os.pathsep.join(p for p in paths if p)
     return {
         **os.environ,
         "WANDB_MODE": "offline",
@@ -86,3 +89,34 @@ class PoisonWeights(Callback):
         if trainer.global_step == self.at_step:
             with torch.no_grad():
                 pl_module.model.final_norm.weight.fill_(float("nan"))
+
+
+class PoisonOptimizerAboveLr(Callback):
+    """From step `from_step` on, while the learning rate is above `max_lr`, makes AdamW's
+    exp_avg_sq infinite (weights stay finite): a divergence that a lower lr avoids."""
+
+    def __init__(self, max_lr: float, from_step: int) -> None:
+        self.max_lr, self.from_step = max_lr, from_step
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        optimizer = trainer.optimizers[0]
+        if trainer.global_step >= self.from_step and optimizer.param_groups[0]["lr"] > self.max_lr:
+            for state in list(optimizer.state.values())[:2]:
+                state["exp_avg_sq"].fill_(float("inf"))
+
+
+class SignalAtStep(Callback):
+    """Sends `signal_name` (e.g. SIGTERM, SIGKILL) to this process after training step `step`,
+    once: the file `once` records that it did (a resumed run keeps the callback)."""
+
+    def __init__(self, step: int, signal_name: str, once: str) -> None:
+        self.step, self.signal_name, self.once = step, signal_name, Path(once)
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        if trainer.global_step == self.step and not self.once.exists():
+            self.once.touch()
+            os.kill(os.getpid(), getattr(signal, self.signal_name))

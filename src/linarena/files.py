@@ -66,17 +66,18 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     write_atomic(path, lambda file: file.write(data), binary=True)
 
 
-def remove_stale_temps(folder: str | Path) -> int:
+def remove_stale_temps(folder: str | Path, name: str | None = None) -> int:
     """Delete temporary files left in ``folder`` (not below it) by writers that were killed.
 
-    Call it only while holding the ``build_lock`` of everything written in ``folder``: a temp
-    file there then belongs to no live writer. Returns the number of files removed.
+    Call it only while holding the ``build_lock`` of everything written in ``folder``, or with
+    ``name`` (only the temp files of ``folder/name``) while holding that file's lock: a temp
+    file then belongs to no live writer. Returns the number of files removed.
     """
     folder = Path(folder)
     if not folder.is_dir():
         return 0
     removed = 0
-    for tmp in folder.glob(f".*{TEMP_SUFFIX}"):
+    for tmp in folder.glob(f".{name}.*{TEMP_SUFFIX}" if name else f".*{TEMP_SUFFIX}"):
         tmp.unlink(missing_ok=True)
         removed += 1
     return removed

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from linarena.data.batching import (
     PackedSequences,
@@ -19,11 +21,26 @@ from linarena.data.batching import (
     collate_tokens,
 )
 from linarena.data.cache import config_hash, load_or_build
+from linarena.data.errors import DataConfigError, DataDirError
 
 log = logging.getLogger(__name__)
+# torchdata 0.11 calls a deprecated torch function on every new iterator; nothing to act on.
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 SPLITS = ("train", "val", "test")
 COLLATE_FUNCTIONS = {"sequence": collate_sequences, "pair": collate_pairs, "token": collate_tokens}
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """The data folder must be a folder (or absent, then it is created)."""
+    for folder in (data_dir, *data_dir.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise DataDirError(
+                    f"The data folder {data_dir.resolve()} cannot be used: {folder} is a file. "
+                    "Set paths.data_dir to a folder."
+                )
+            return
 
 
 class LRADataModule(L.LightningDataModule):
@@ -58,6 +75,11 @@ class LRADataModule(L.LightningDataModule):
             raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
         if max_length < 1:
             raise ValueError(f"data.max_length must be >= 1, got {max_length}")
+        if num_workers < 0:
+            raise ValueError(
+                f"data.num_workers must be >= 0 (0 loads batches in the main process), got "
+                f"{num_workers}"
+            )
         self.data_dir = Path(data_dir)
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -103,11 +125,27 @@ class LRADataModule(L.LightningDataModule):
 
     def load_tensors(self) -> dict[str, torch.Tensor]:
         """Cached tensors, built (and cached) first when absent, stale or corrupt."""
-        return load_or_build(self.cache_path, self._full_config(), self._build_logged)
+        check_data_dir(self.data_dir)
+        try:
+            return load_or_build(self.cache_path, self._full_config(), self._build_logged)
+        except (PermissionError, NotADirectoryError, FileExistsError) as error:
+            raise DataDirError(
+                f"Cannot write the data of data={self.name} under {self.data_dir.resolve()} "
+                f"({error.strerror or error}: {error.filename}). Set paths.data_dir to a "
+                "writable folder."
+            ) from None
 
     def _build_logged(self) -> dict[str, torch.Tensor]:
         log.info("Building %s data (cache %s)", self.name, self.cache_path)
-        return self.build()
+        tensors = self.build()
+        for name, tensor in tensors.items():
+            if name.endswith("labels") and len(tensor) == 0:
+                raise DataConfigError(
+                    f"The {name.split('/')[0]} split of data={self.name} is empty (read from "
+                    f"{self.data_dir.resolve()}): check that split's file, or the data.num_* "
+                    "settings."
+                )
+        return tensors
 
     # ---- LightningDataModule hooks ------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -127,7 +165,10 @@ class LRADataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if not self.datasets:
             self.setup()
-        return DataLoader(
+        # The training loader is stateful: checkpoints hold its position and shuffling state,
+        # so a resumed run sees the rest of the epoch in the same order as an uninterrupted one.
+        loader_class = StatefulDataLoader if shuffle else DataLoader
+        return loader_class(
             self.datasets[split],
             batch_size=self.batch_size,
             shuffle=shuffle,

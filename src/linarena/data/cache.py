@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from linarena.files import write_atomic
+from linarena.files import build_lock, remove_stale_temps, write_atomic
 
 # Bump when the meaning or layout of cached tensors changes: old caches are then rebuilt.
 FORMAT_VERSION = 1
@@ -33,6 +33,8 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 def tensor_checksum(tensor: torch.Tensor) -> int:
     """CRC32 of a tensor's bytes (tensors are made contiguous first)."""
+    if tensor.numel() == 0:
+        return zlib.crc32(b"")
     array = tensor.detach().contiguous().view(-1).view(torch.uint8).numpy()
     return zlib.crc32(memoryview(array))
 
@@ -97,11 +99,22 @@ def load_or_build(
     config: Mapping[str, Any],
     build: Callable[[], Mapping[str, torch.Tensor]],
 ) -> dict[str, torch.Tensor]:
-    """Return the cached tensors for `config`, building and caching them first if needed."""
-    tensors = load_tensors(path, config)
-    if tensors is None:
-        save_tensors(path, config, build())
-        tensors = load_tensors(path, config)
+    """Return the cached tensors for `config`, building and caching them first if needed.
+
+    The build runs under a file lock: a second job that needs the same cache at the same time
+    waits, then reads what the first one wrote. Temp files of killed builds are removed.
+    """
+    tensors = load_tensors(path, config) if path.exists() else None
+    if tensors is not None:
+        return tensors
+    with build_lock(path):
+        tensors = load_tensors(path, config)  # built by another job while this one waited?
         if tensors is None:
-            raise RuntimeError(f"Data cache {path} could not be read back right after writing it.")
+            remove_stale_temps(path.parent, path.name)
+            save_tensors(path, config, build())
+            tensors = load_tensors(path, config)
+            if tensors is None:
+                raise RuntimeError(
+                    f"Data cache {path} could not be read back right after writing it."
+                )
     return tensors

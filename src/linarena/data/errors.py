@@ -20,6 +20,15 @@ class DataFormatError(ValueError):
         self.line = line
 
 
+class DataConfigError(ValueError):
+    """A data.* setting does not fit the data (e.g. more validation examples than exist), or a
+    split came out empty; the message names the setting to change."""
+
+
+class DataDirError(DataNotFoundError):
+    """The data folder cannot hold the data: it is a file, or it is not writable."""
+
+
 def missing_data_error(
     task: str,
     expected: Sequence[str],

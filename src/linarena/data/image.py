@@ -11,7 +11,7 @@ import torch
 
 from linarena.data.base import LRADataModule
 from linarena.data.batching import pack_rows
-from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.errors import DataConfigError, DataFormatError, missing_data_error
 from linarena.data.sources import CIFAR10_URL, download
 from linarena.data.text import BYTE_VOCAB_SIZE
 
@@ -160,8 +160,9 @@ class ImageDataModule(LRADataModule):
         train_images = np.concatenate([parsed[name][0] for name in TRAIN_FILES])
         train_labels = np.concatenate([parsed[name][1] for name in TRAIN_FILES])
         if not 0 < self.num_val < len(train_labels):
-            raise ValueError(
-                f"data.num_val must be between 1 and {len(train_labels) - 1}, got {self.num_val}"
+            raise DataConfigError(
+                f"data.num_val={self.num_val}, but CIFAR-10 has {len(train_labels)} training "
+                f"images: set data.num_val between 1 and {len(train_labels) - 1}"
             )
         order = np.random.default_rng(self.seed).permutation(len(train_labels))
         splits = {

@@ -13,6 +13,7 @@ from linarena.data.batching import pack_sequences
 from linarena.data.cache import config_hash
 from linarena.data.errors import DataFormatError, missing_data_error
 from linarena.data.listops_generator import write_listops_files
+from linarena.files import build_lock, remove_stale_temps
 from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_path, reads_official
 
 # Token ids: 0 is padding; the 15 symbols follow. `(` and `)` are dropped, as in the LRA pipeline.
@@ -42,16 +43,39 @@ def encode_listops(expression: str) -> np.ndarray:
     return _LOOKUP[np.frombuffer(compact, dtype=np.uint8)]
 
 
+_OPERATOR_IDS = np.array([VOCAB[op] for op in SYMBOLS[:4]], dtype=np.uint8)
+
+
+def structure_problem(expression: str, tokens: np.ndarray) -> str | None:
+    """What makes an expression not a ListOps tree, or None: a lone digit, or an operator, its
+    arguments (digits or trees) and `]`, with balanced `(` `)`."""
+    if expression.count("(") != expression.count(")"):
+        return "unbalanced brackets: " + (
+            f"{expression.count('(')} '(' but {expression.count(')')} ')'"
+        )
+    opens = np.isin(tokens, _OPERATOR_IDS)
+    closes = tokens == VOCAB["]"]
+    if len(tokens) == 1:
+        return None if not (opens[0] or closes[0]) else "a lone operator or ']'"
+    depth = np.cumsum(opens.astype(np.int64) - closes)
+    if not opens[0] or depth[-1] != 0 or depth[:-1].min() < 1:
+        return "operators and ']' do not pair up into one tree"
+    if (opens[:-1] & closes[1:]).any():
+        return "an operator without arguments"
+    return None
+
+
 def read_listops_tsv(path: Path, max_length: int) -> tuple[list[np.ndarray], np.ndarray]:
     """Parse a `Source\\tTarget` tsv into token arrays and labels (int64 (n,))."""
     sequences, labels = [], []
-    with open(path, encoding="utf-8") as handle:
-        header = handle.readline().rstrip("\r\n")
+    with open(path, "rb") as handle:
+        header = _decode(handle.readline(), path, 1).rstrip("\r\n")
         if header != "Source\tTarget":
             raise DataFormatError(
                 path, 1, f"expected the header 'Source<TAB>Target', got {header!r}"
             )
-        for line_number, line in enumerate(handle, start=2):
+        for line_number, raw in enumerate(handle, start=2):
+            line = _decode(raw, path, line_number)
             if not line.strip():
                 continue  # a trailing blank line is harmless
             fields = line.rstrip("\r\n").split("\t")
@@ -68,6 +92,9 @@ def read_listops_tsv(path: Path, max_length: int) -> tuple[list[np.ndarray], np.
                 tokens = encode_listops(source)
             except ValueError as error:
                 raise DataFormatError(path, line_number, str(error)) from None
+            problem = structure_problem(source, tokens) if len(tokens) else None
+            if problem is not None:
+                raise DataFormatError(path, line_number, f"not a ListOps expression: {problem}")
             if not 0 < len(tokens) <= max_length:
                 raise DataFormatError(
                     path,
@@ -78,6 +105,15 @@ def read_listops_tsv(path: Path, max_length: int) -> tuple[list[np.ndarray], np.
             sequences.append(tokens)
             labels.append(int(target))
     return sequences, np.asarray(labels, dtype=np.int64)
+
+
+def _decode(raw: bytes, path: Path, line_number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataFormatError(
+            path, line_number, "not UTF-8 text; ListOps files are tab-separated UTF-8 text"
+        ) from None
 
 
 class ListOpsDataModule(LRADataModule):
@@ -146,12 +182,15 @@ class ListOpsDataModule(LRADataModule):
     def build(self) -> dict[str, torch.Tensor]:
         official = self.official_dir if self.uses_official() else None
         folder = official or self.generated_dir
-        if official is None and not all(
-            (folder / f"basic_{split}.tsv").exists() for split in SPLITS
-        ):
-            write_listops_files(
-                folder, self.sizes, workers=self.generator_workers, **self.generator_settings
-            )
+        if official is None:
+            # One job generates; a second one started at the same time waits, then reads.
+            with build_lock(folder):
+                if not all((folder / f"basic_{split}.tsv").exists() for split in SPLITS):
+                    remove_stale_temps(folder)
+                    write_listops_files(
+                        folder, self.sizes, workers=self.generator_workers,
+                        **self.generator_settings,
+                    )
         tensors = {}
         for split in SPLITS:
             path = folder / f"basic_{split}.tsv"

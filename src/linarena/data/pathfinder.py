@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from linarena.data.base import LRADataModule
 from linarena.data.batching import pack_rows
-from linarena.data.errors import DataFormatError
+from linarena.data.errors import DataConfigError, DataFormatError
 from linarena.data.pathfinder_generator import generate_pathfinder
 from linarena.data.sources import check_source, lra_release_path, reads_official
 from linarena.data.text import BYTE_VOCAB_SIZE
@@ -39,20 +39,38 @@ def read_pathfinder_metadata(dataset_dir: Path) -> list[tuple[Path, int]]:
     )
     records = []
     for metadata in metadata_files:
-        with open(metadata, encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                fields = line.split()
-                if not fields:
-                    continue
-                if len(fields) < 4 or fields[3] not in ("0", "1"):
-                    raise DataFormatError(
-                        metadata,
-                        line_number,
-                        "expected 'imgs/<k> sample_<i>.png <i> <label> ...' with label 0 or 1, "
-                        f"got {line.strip()!r}",
-                    )
-                records.append((dataset_dir / fields[0] / fields[1], int(fields[3])))
+        try:
+            lines = metadata.read_bytes().decode("utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            line = metadata.read_bytes()[: error.start].count(b"\n") + 1
+            raise DataFormatError(
+                metadata, line, "not UTF-8 text (a metadata file of the release is plain text "
+                "lines 'imgs/<k> sample_<i>.png <i> <label> ...'); replace the file"
+            ) from None
+        for line_number, line in enumerate(lines, start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) < 4 or fields[3] not in ("0", "1"):
+                raise DataFormatError(
+                    metadata,
+                    line_number,
+                    "expected 'imgs/<k> sample_<i>.png <i> <label> ...' with label 0 or 1, "
+                    f"got {line.strip()!r}",
+                )
+            records.append((dataset_dir / fields[0] / fields[1], int(fields[3])))
     return records
+
+
+def grey_pixels(image: Image.Image) -> np.ndarray:
+    """8-bit grey pixels (height, width) uint8 of an image; 16-bit images are scaled (v * 255 /
+    65535, rounded), not clipped at 255 as Image.convert("L") would."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+        values = np.asarray(image).astype(np.int64)
+        if values.min() < 0 or values.max() > 65535:
+            raise ValueError(f"{image.mode} pixel values outside 0..65535")
+        return ((values * 255 + 32767) // 65535).astype(np.uint8)
+    return np.asarray(image.convert("L"))
 
 
 def read_pathfinder_images(
@@ -67,10 +85,10 @@ def read_pathfinder_images(
             if path.stat().st_size == 0:
                 continue  # the release has some empty files
             with Image.open(path) as image:
-                grey = np.asarray(image.convert("L"))
+                grey = grey_pixels(image)
         except FileNotFoundError:
             raise DataFormatError(path, None, "listed in the metadata but missing") from None
-        except OSError as error:
+        except (OSError, ValueError) as error:
             raise DataFormatError(path, None, f"cannot read the image ({error})") from error
         if grey.shape != (resolution, resolution):
             raise DataFormatError(
@@ -195,9 +213,10 @@ class PathfinderDataModule(LRADataModule):
         )
         num_val, num_test = self.sizes["val"], self.sizes["test"]
         if len(labels) <= num_val + num_test:
-            raise ValueError(
-                f"only {len(labels)} usable Pathfinder images; need more than "
-                f"data.num_val + data.num_test = {num_val + num_test}"
+            raise DataConfigError(
+                f"only {len(labels)} usable Pathfinder images in {self.dataset_dir()}; need "
+                f"more than data.num_val + data.num_test = {num_val + num_test}: lower those, "
+                "or check the image files (empty files are skipped)"
             )
         order = np.random.default_rng(self.seed).permutation(len(labels))
         splits = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import http.client
 import logging
 import os
 import urllib.request
@@ -10,13 +12,19 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from linarena.data.errors import missing_data_error
-from linarena.files import atomic_path
+from linarena.files import atomic_path, build_lock, remove_stale_temps
 
 log = logging.getLogger(__name__)
 
 LRA_RELEASE_URL = "https://storage.googleapis.com/long-range-arena/lra_release.gz"
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+# Published SHA-256 of the archives (the same values in TensorFlow Datasets' url_checksums and
+# other dataset libraries): a corrupt or changed download is refused.
+KNOWN_SHA256 = {
+    IMDB_URL: "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
+    CIFAR10_URL: "c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd",
+}
 DOWNLOAD_TIMEOUT_S = 60.0
 SOURCES = ("auto", "official", "generated")
 
@@ -50,23 +58,52 @@ def check_source(source: str) -> None:
         raise ValueError(f"data.source must be one of {', '.join(SOURCES)}; got {source!r}")
 
 
-def download(url: str, destination: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
+def download(
+    url: str,
+    destination: Path,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+    sha256: str | None = None,
+) -> None:
     """Download `url` to `destination` via a temporary file in the same folder, then rename.
 
-    Raises OSError (urllib's URLError is one) when the network or server fails.
+    The body must have the announced Content-Length and, when known (`sha256`, by default from
+    KNOWN_SHA256), that SHA-256; otherwise nothing is kept. Runs under a file lock, so a second
+    job waits and then uses the first one's file. Raises OSError (urllib's URLError is one) when
+    the network or server fails or the body is truncated or corrupt.
     """
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    log.info("Downloading %s to %s", url, destination)
-    with (
-        atomic_path(destination) as tmp,
-        open(tmp, "wb") as out,
-        urllib.request.urlopen(url, timeout=timeout) as response,
-    ):
-        total = int(response.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=destination.name) as bar:
-            while chunk := response.read(1 << 20):
-                out.write(chunk)
-                bar.update(len(chunk))
+    expected = sha256 or KNOWN_SHA256.get(url)
+    with build_lock(destination):
+        if destination.is_file():
+            return  # downloaded by another job while this one waited
+        remove_stale_temps(destination.parent, destination.name)
+        log.info("Downloading %s to %s", url, destination)
+        digest = hashlib.sha256()
+        with (
+            atomic_path(destination) as tmp,
+            open(tmp, "wb") as out,
+            urllib.request.urlopen(url, timeout=timeout) as response,
+        ):
+            total = int(response.headers.get("Content-Length") or 0) or None
+            written = 0
+            with tqdm(total=total, unit="B", unit_scale=True, desc=destination.name) as bar:
+                try:
+                    while chunk := response.read(1 << 20):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        written += len(chunk)
+                        bar.update(len(chunk))
+                except http.client.HTTPException as error:  # e.g. IncompleteRead
+                    raise OSError(f"the download of {url} broke off: {error!r}") from error
+            if total is not None and written != total:
+                raise OSError(
+                    f"the download of {url} stopped after {written} of {total} bytes; run again"
+                )
+            if expected is not None and digest.hexdigest() != expected:
+                raise OSError(
+                    f"{url} has SHA-256 {digest.hexdigest()}, not the published {expected}: the "
+                    "download is corrupt (or the file changed at the source); run again, or "
+                    "get the file by hand and check it"
+                )
 
 
 def reads_official(

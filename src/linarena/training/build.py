@@ -13,6 +13,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.checks import (
     check_config,
@@ -24,6 +25,7 @@ from linarena.training.checks import (
 from linarena.training.errors import ConfigError
 from linarena.training.module import ClassificationModule
 from linarena.training.perf import PerfMonitor
+from linarena.training.signals import SaveOnSignal
 from linarena.training.wandb_run import build_wandb_logger, define_metrics
 
 
@@ -40,6 +42,7 @@ class Components:
     attention: str
     precision: str
     ckpt_path: str | None
+    signals: SaveOnSignal
 
 
 def attention_name(attention: DictConfig) -> str:
@@ -108,6 +111,9 @@ def build_components(
 
     loggers, wandb_logger = build_loggers(cfg, output_dir, datamodule.name, attention)
     perf = PerfMonitor()
+    # Always on: no checkpoint with NaN/inf state is written; SIGTERM/SIGINT save one.
+    guard = FiniteCheckpointGuard(attention)
+    signals = SaveOnSignal(output_dir / "checkpoints")
     callbacks = [
         instantiate_group(node, f"callbacks.{key}")
         for key, node in (cfg.get("callbacks") or {}).items()
@@ -120,7 +126,7 @@ def build_components(
     trainer = instantiate_group(
         cfg.trainer,
         "trainer",
-        callbacks=[*callbacks, perf],
+        callbacks=[*callbacks, perf, guard, signals],
         logger=loggers or False,
         precision=precision,
         plugins=plugins,
@@ -131,7 +137,7 @@ def build_components(
         define_metrics(wandb_logger.experiment)
     return Components(
         datamodule, module, trainer, perf, wandb_logger, datamodule.name, attention, precision,
-        ckpt_path,
+        ckpt_path, signals,
     )
 
 

@@ -94,6 +94,14 @@ def check_config(cfg: DictConfig) -> None:
             f"divisor of {width} or model.{width_key} to a multiple of {model.num_heads}."
         )
     check_attention_builds(cfg)
+    attention_length = cfg.attention.get("max_length")
+    if model.causal and attention_length is not None and attention_length < cfg.data.max_length:
+        raise ConfigError(
+            f"attention.max_length={attention_length} is below data.max_length="
+            f"{cfg.data.max_length}: causal cosFormer's weight cos(pi/2 * (i - j) / M) needs M "
+            "to cover the longest sequence. Drop the attention.max_length override (it follows "
+            f"model.max_length) or set it to at least {cfg.data.max_length}."
+        )
     if model.max_length < cfg.data.max_length:
         raise ConfigError(
             f"data.max_length={cfg.data.max_length} is longer than model.max_length="
@@ -131,6 +139,11 @@ def check_validation_runs(trainer: DictConfig) -> None:
             "val/acc_best, the best checkpoint). Use a positive number or null (all batches)."
         )
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
+    if max_steps == 0 or (max_steps is not None and max_steps < -1):
+        raise ConfigError(
+            f"trainer.max_steps={max_steps} trains nothing: set a positive number of steps (or "
+            "-1 with trainer.max_epochs)."
+        )
     if isinstance(interval, int) and 0 < max_steps < interval:
         raise ConfigError(
             f"trainer.max_steps={max_steps} is smaller than trainer.val_check_interval="

@@ -9,30 +9,42 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from linarena.data.errors import DataFormatError, DataNotFoundError
+from linarena.data.errors import DataConfigError, DataFormatError, DataNotFoundError
 from linarena.models import SequenceTooLongError
 from linarena.training.errors import LinarenaError, NonFiniteLossError
+from linarena.training.resume import checkpoint_step
 from linarena.training.run import hydra_context, train
+from linarena.training.signals import RunStopped
 
 # Failures whose message already says what is wrong and what to change.
-USER_ERRORS = (LinarenaError, DataNotFoundError, DataFormatError, SequenceTooLongError)
+USER_ERRORS = (
+    LinarenaError,
+    DataNotFoundError,
+    DataFormatError,
+    DataConfigError,
+    SequenceTooLongError,
+)
 
 
-def explain(err: BaseException, output_dir: Path) -> str:
+def explain(err: BaseException, output_dir: Path, lr: float) -> str:
     """The message for a user-facing failure, with the way forward for a diverged run."""
     message = str(err)
     if isinstance(err, NonFiniteLossError):
         last = output_dir / "checkpoints" / "last.ckpt"
-        kept = (
-            f"The last good checkpoint is {last} (no checkpoint of the diverged state was "
-            f"saved); continue from it with ckpt_path=last hydra.run.dir={output_dir}."
-            if last.is_file()
-            else "No checkpoint had been saved yet."
-        )
-        message += (
-            f" {kept} Try a lower optim.lr, a longer optim.warmup_steps or "
-            "trainer.precision=32-true."
-        )
+        if last.is_file():
+            step = checkpoint_step(last)
+            kept = (
+                f"The last clean checkpoint (weights and optimizer state finite) is {last}, "
+                f"step {step}. Resume from it with a lower learning rate: python train.py "
+                f"ckpt_path=last hydra.run.dir={output_dir} optim.lr={lr / 10:g} (a longer "
+                "optim.warmup_steps or trainer.precision=32-true may help too)."
+            )
+        else:
+            kept = (
+                "No checkpoint had been saved yet: start again with a lower optim.lr (e.g. "
+                f"optim.lr={lr / 10:g}), a longer optim.warmup_steps or trainer.precision=32-true."
+            )
+        message += f" {kept}"
     return message
 
 
@@ -55,8 +67,8 @@ def run_job(cfg: DictConfig) -> float:
     except USER_ERRORS as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        message = explain(err, Path(cfg.paths.output_dir).resolve())
+        message = explain(err, Path(cfg.paths.output_dir).resolve(), getattr(err, "lr", None) or float(cfg.optim.lr))
         print(f"\nError: {message}", file=sys.stderr, flush=True)
         if isinstance(err, NonFiniteLossError) and hydra_context()[0]:
             raise
-        sys.exit(1)
+        sys.exit(err.exit_code if isinstance(err, RunStopped) else 1)

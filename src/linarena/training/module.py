@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
@@ -10,7 +12,6 @@ from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from linarena.data.batching import IGNORE_INDEX
-from linarena.training.errors import NonFiniteLossError
 from linarena.training.optim import OptimSettings, build_optimizer, build_scheduler
 
 
@@ -23,7 +24,7 @@ class ClassificationModule(LightningModule):
         optim: optimizer and schedule settings.
         num_classes: number of classes.
         task: "sequence", "pair" or "token" (token labels use -100 for unscored positions).
-        attention_name: named in the error raised on a non-finite loss.
+        attention_name: the attention variant's name (for messages).
     """
 
     def __init__(
@@ -48,6 +49,8 @@ class ClassificationModule(LightningModule):
         self.val_acc_best = MaxMetric()
         # Saved in checkpoints, so a resumed run keeps the best accuracy seen before.
         self.val_acc_best.persistent(True)
+        # Random state read from a checkpoint, set again before the first resumed batch.
+        self._restored_rng: dict[str, Any] | None = None
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
         return self.model(tokens, mask)
@@ -64,34 +67,50 @@ class ClassificationModule(LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, preds, labels, _ = self._loss(batch)
-        # Decided together across DDP ranks: one rank raising alone would leave the others
-        # waiting in the gradient all-reduce.
-        if self.trainer.strategy.reduce_boolean_decision(
-            not bool(torch.isfinite(loss)), all=False
-        ):
-            raise NonFiniteLossError(
-                f"The training loss became {loss.item()} at step {self.global_step} "
-                f"with attention={self.attention_name}."
-            )
         self.train_acc(preds, labels)
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
         self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True, on_epoch=False)
         return loss
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        # A finite loss can still give infinite gradients, and one step with them would write
-        # NaN weights into the next checkpoint. 16-mixed is exempt: its grad scaler skips such
-        # steps by design.
-        if self.trainer.precision == "16-mixed":
-            return
-        # Gradients are already all-reduced here, so every DDP rank reaches the same verdict.
-        finite = [p.grad.isfinite().all() for p in self.parameters() if p.grad is not None]
-        if finite and not bool(torch.stack(finite).all()):
-            raise NonFiniteLossError(
-                f"The gradients became non-finite at step {self.global_step} "
-                f"with attention={self.attention_name} (the loss was finite)."
-            )
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # The random state of dropout (the data order is in the stateful loader's state), so a
+        # resumed run continues exactly as an uninterrupted one would.
+        checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._restored_rng = checkpoint.get("rng_states")
+
+    def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        # Restored here, after the loader's iterator was made (that draws a seed from the
+        # global generator), just before the first dropout mask.
+        states, self._restored_rng = self._restored_rng, None
+        if states is not None:
+            torch.set_rng_state(states["torch"])
+            if "cuda" in states and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(states["cuda"])
+
+    def on_train_start(self) -> None:
+        """Apply optim.lr to a restored optimizer and schedule.
+
+        A checkpoint restores the lr it was trained with (the schedule's base_lrs); a run resumed
+        with a new optim.lr (e.g. lower, after a divergence) must train with the new one. The
+        schedule's shape (optim.schedule, warmup_steps, trainer.max_steps) comes from the current
+        settings already, since LambdaLR does not save its functions. A no-op on a fresh run.
+        """
+        lr = self.optim_settings.lr
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            scheduler.base_lrs = [lr] * len(scheduler.optimizer.param_groups)
+            for group, factor in zip(
+                scheduler.optimizer.param_groups, scheduler.lr_lambdas, strict=True
+            ):
+                group["initial_lr"] = lr
+                group["lr"] = lr * factor(scheduler.last_epoch)
+            # What get_last_lr() (logged as train/lr) returns until the next step.
+            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, preds, labels, scored = self._loss(batch)

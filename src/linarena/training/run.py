@@ -11,11 +11,18 @@ import wandb
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch import Trainer
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from linarena.training.build import Components, build_components
 from linarena.training.errors import ConfigError
-from linarena.training.summary import SUMMARY_FILE, summary_metrics, write_summary
+from linarena.training.resume import (
+    append_history,
+    check_checkpoint_fits,
+    finished,
+    restore_run_config,
+)
+from linarena.training.summary import SUMMARY_FILE, read_summary, summary_metrics, write_summary
 from linarena.training.wandb_run import location_message, log_comparison_row, run_info
 
 log = logging.getLogger(__name__)
@@ -94,17 +101,33 @@ def train(cfg: DictConfig) -> float:
     hyperparameter searches maximise (check_config makes sure validation runs)."""
     started = time.monotonic()
     output_dir = Path(cfg.paths.output_dir).resolve()
+    cfg, resume = restore_run_config(cfg, output_dir)
+    if finished(cfg, resume):
+        print(
+            f"The run in {output_dir} already finished: its checkpoint {resume.checkpoint} is at "
+            f"step {resume.step} and trainer.max_steps={cfg.trainer.max_steps}. Nothing was "
+            "changed. To train longer, resume with a larger trainer.max_steps."
+        )
+        previous = read_summary(output_dir)
+        return float((previous or {}).get("metrics", {}).get("val/acc_best") or "nan")
     multirun, launcher = hydra_context()
     which_checkpoint = read_test_checkpoint(cfg)
     parts = build_components(cfg, output_dir, multirun, launcher)
+    if parts.ckpt_path is not None:
+        check_checkpoint_fits(Path(parts.ckpt_path), parts.module)
     trainer = parts.trainer
+    history = append_history(output_dir, resume) if resume is not None else []
     exit_code = 1
     try:
-        trainer.fit(parts.module, datamodule=parts.datamodule, ckpt_path=parts.ckpt_path)
+        trainer.fit(
+            parts.module, datamodule=parts.datamodule, ckpt_path=parts.ckpt_path, weights_only=True
+        )
         # Read before testing: loading the best checkpoint would restore an older maximum.
         best_val = parts.module.val_acc_best.compute().item()
         tested_ckpt = checkpoint_to_test(trainer, which_checkpoint)
-        tested = trainer.test(parts.module, datamodule=parts.datamodule, ckpt_path=tested_ckpt)
+        tested = trainer.test(
+            parts.module, datamodule=parts.datamodule, ckpt_path=tested_ckpt, weights_only=True
+        )
         metrics = {
             "test/acc": tested[0].get("test/acc"),
             "test/loss": tested[0].get("test/loss"),
@@ -114,6 +137,7 @@ def train(cfg: DictConfig) -> float:
         }
         summary = build_summary(cfg, parts, metrics, output_dir, time.monotonic() - started)
         summary["tested_checkpoint"] = "last" if tested_ckpt is None else "best"
+        summary["resumes"] = history
         if trainer.is_global_zero:
             if parts.wandb_logger is not None and wandb.run is not None:
                 known = {k: v for k, v in summary["metrics"].items() if v is not None}
@@ -121,6 +145,8 @@ def train(cfg: DictConfig) -> float:
                 log_comparison_row(wandb.run, summary)
             write_summary(output_dir, summary)
         exit_code = 0
+    except SIGTERMException:  # SIGTERM or SIGINT, while training or testing (signals.py)
+        raise parts.signals.stopped(trainer, output_dir) from None
     finally:
         # Each job of a multirun is its own W&B run.
         if parts.wandb_logger is not None and wandb.run is not None:

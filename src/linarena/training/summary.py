@@ -21,7 +21,6 @@ METRIC_KEYS = (
 )
 
 
-
 def finite_or_none(value: Any) -> float | None:
     """JSON has no NaN/inf: non-finite or missing values are written as null."""
     if value is None:
@@ -43,3 +42,11 @@ def write_summary(output_dir: Path, summary: dict[str, Any]) -> Path:
     path = output_dir / SUMMARY_FILE
     write_text_atomic(path, json.dumps(summary, indent=2) + "\n")
     return path
+
+
+def read_summary(output_dir: Path) -> dict[str, Any] | None:
+    """The run's summary.json, or None when it has none (yet) or it cannot be parsed."""
+    try:
+        return json.loads((output_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,205 @@
+"""Resuming a run from its own saved config: `python train.py ckpt_path=last hydra.run.dir=<run>`.
+
+The run folder's `.hydra/config.yaml` and `.hydra/overrides.yaml` (written when the run started)
+are the run's config; train.py sends a resumed job's own Hydra files to `.hydra/resume/`, so
+they stay untouched. Overrides given on resume may change only what can change mid-run
+(MUTABLE); each resume is appended to `resume_history.yaml` and copied into summary.json.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from hydra import compose
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from linarena.files import write_text_atomic
+from linarena.training.errors import ConfigError
+
+HISTORY_FILE = "resume_history.yaml"
+RESUME_SUBDIR = ".hydra/resume"
+# Settings a resumed run may change (a key or a whole node): training length, learning rate and
+# schedule (e.g. lower after a divergence), logging and data-loading processes.
+MUTABLE = (
+    "ckpt_path",
+    "trainer.max_steps",
+    "optim.lr",
+    "optim.schedule",
+    "optim.warmup_steps",
+    "logger",
+    "tags",
+    "trainer.log_every_n_steps",
+    "trainer.enable_progress_bar",
+    "data.num_workers",
+)
+_ABSENT = "<absent>"
+
+
+@dataclass
+class Resume:
+    """What a resumed run continues from and what it changes."""
+
+    checkpoint: Path
+    step: int
+    overrides: list[str] = field(default_factory=list)
+    changes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "checkpoint": str(self.checkpoint),
+            "from_step": self.step,
+            "overrides": self.overrides,
+            "changes": self.changes,
+        }
+
+
+def checkpoint_path(ckpt_path: str, output_dir: Path) -> Path:
+    """ckpt_path=last means <output_dir>/checkpoints/last.ckpt; any other path must exist."""
+    path = output_dir / "checkpoints" / "last.ckpt" if ckpt_path == "last" else Path(ckpt_path)
+    if not path.is_file():
+        how = (
+            "To resume a run, point hydra.run.dir at that run's output folder (the one holding "
+            "checkpoints/last.ckpt): `python train.py ckpt_path=last "
+            "hydra.run.dir=outputs/runs/<run folder>`."
+            if ckpt_path == "last"
+            else "Pass an existing .ckpt file, ckpt_path=last, or ckpt_path=null."
+        )
+        raise ConfigError(f"ckpt_path={ckpt_path}: no checkpoint at {path}. {how}")
+    return path
+
+
+def checkpoint_step(path: Path) -> int:
+    """The global step stored in a Lightning checkpoint; ConfigError for a truncated, corrupt or
+    foreign file."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as err:
+        raise ConfigError(
+            f"ckpt_path: {path} cannot be read as a checkpoint ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200]}); it may be truncated or not a torch file. Use "
+            "another checkpoint of the run (checkpoints/best-*.ckpt) or ckpt_path=null."
+        ) from None
+    if not isinstance(checkpoint, dict) or not {"state_dict", "global_step", "loops"} <= set(
+        checkpoint
+    ):
+        raise ConfigError(
+            f"ckpt_path: {path} is not a Lightning training checkpoint of this project (it "
+            "lacks state_dict, global_step or loops). Pass a .ckpt written by train.py."
+        )
+    return int(checkpoint["global_step"])
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat |= _flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return flat
+    return {prefix: node}
+
+
+def _mutable_prefix(key: str) -> str | None:
+    return next((m for m in MUTABLE if key == m or key.startswith(m + ".")), None)
+
+
+def config_changes(
+    original: list[str], given: list[str], config_name: str
+) -> tuple[dict[str, tuple[Any, Any]], DictConfig]:
+    """({key: (before, after)} for every config value that the `given` overrides change on top
+    of the run's `original` overrides, the config composed with both)."""
+    extra = [o for o in given if o not in original]
+    before = compose(config_name=config_name, overrides=original)
+    after = compose(config_name=config_name, overrides=[*original, *extra])
+    flat_before = _flatten(OmegaConf.to_container(before, resolve=False))
+    flat_after = _flatten(OmegaConf.to_container(after, resolve=False))
+    return {
+        key: (flat_before.get(key, _ABSENT), flat_after.get(key, _ABSENT))
+        for key in sorted(flat_before.keys() | flat_after.keys())
+        if flat_before.get(key, _ABSENT) != flat_after.get(key, _ABSENT)
+    }, after
+
+
+def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, Resume | None]:
+    """The config to resume with (the run's saved config plus the allowed changes), or `cfg`
+    itself for a fresh run or a checkpoint from elsewhere with no saved config here."""
+    if cfg.get("ckpt_path") is None:
+        return cfg, None
+    path = checkpoint_path(str(cfg.ckpt_path), output_dir)
+    step = checkpoint_step(path)
+    saved = output_dir / ".hydra" / "config.yaml"
+    # Outside train.py (the compose API) or with no saved run here: the config as given.
+    in_train_py = HydraConfig.initialized() and HydraConfig.get().output_subdir == RESUME_SUBDIR
+    if not in_train_py or not saved.is_file():
+        return cfg, Resume(path, step)
+    hydra_cfg = HydraConfig.get()
+    original = list(OmegaConf.load(output_dir / ".hydra" / "overrides.yaml"))
+    given = list(hydra_cfg.overrides.task)
+    changes, after = config_changes(original, given, hydra_cfg.job.config_name)
+    refused = [key for key in changes if _mutable_prefix(key) is None]
+    if refused:
+        listed = "; ".join(f"{key}: {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused)
+        raise ConfigError(
+            f"Resuming {output_dir} with overrides that change the run itself: {listed}. A "
+            f"resumed run keeps its model, data and attention; only {', '.join(MUTABLE)} may "
+            "change. Drop those overrides, or start a new run in a new folder."
+        )
+    restored = OmegaConf.load(saved)
+    for prefix in dict.fromkeys(_mutable_prefix(key) for key in changes):
+        OmegaConf.update(restored, prefix, OmegaConf.select(after, prefix), merge=False)
+    resume = Resume(
+        path,
+        step,
+        overrides=[o for o in given if o not in original],
+        changes={k: {"before": b, "after": a} for k, (b, a) in changes.items() if k != "ckpt_path"},
+    )
+    return restored, resume
+
+
+def finished(cfg: DictConfig, resume: Resume | None) -> bool:
+    """Whether the checkpoint already reached trainer.max_steps (nothing left to train)."""
+    max_steps = cfg.trainer.get("max_steps", -1)
+    return resume is not None and max_steps is not None and 0 < max_steps <= resume.step
+
+
+def append_history(output_dir: Path, resume: Resume) -> list[dict[str, Any]]:
+    """Append this resume to <output_dir>/resume_history.yaml; returns the whole history."""
+    path = output_dir / HISTORY_FILE
+    history = yaml.safe_load(path.read_text()) if path.is_file() else None
+    history = [*(history or []), resume.record()]
+    write_text_atomic(path, yaml.safe_dump(history, sort_keys=False))
+    return history
+
+
+def check_checkpoint_fits(path: Path, module: torch.nn.Module) -> None:
+    """ConfigError when the checkpoint holds another model than `module` (a checkpoint of a run
+    with other settings), instead of Lightning's size-mismatch traceback."""
+    stored = torch.load(path, map_location="cpu", mmap=True, weights_only=True)["state_dict"]
+    # Tensors only: a module's extra state (e.g. Performer's redraw counter) may be anything.
+    own = {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+    differ = [
+        k
+        for k in own
+        if isinstance(stored.get(k), torch.Tensor) and stored[k].shape != own[k].shape
+    ]
+    missing = [k for k in own if k not in stored]
+    if not differ and not missing:
+        return
+    example = (
+        f"e.g. {differ[0]} is {list(stored[differ[0]].shape)} there, {list(own[differ[0]].shape)} "
+        "here"
+        if differ
+        else f"e.g. {missing[0]} is missing"
+    )
+    raise ConfigError(
+        f"ckpt_path: {path} holds a different model than this config ({len(differ)} weight "
+        f"shapes differ, {len(missing)} weights missing; {example}). Resume that run from its "
+        "own folder (python train.py ckpt_path=last hydra.run.dir=<its folder>), which uses its "
+        "saved config."
+    )
