@@ -14,14 +14,13 @@ from tqdm.auto import tqdm
 from linarena.data.base import LRADataModule
 from linarena.data.batching import pack_rows
 from linarena.data.errors import DataFormatError
-from linarena.data.pathfinder_generator import generate_pathfinder
+from linarena.data.pathfinder_generator import RESOLUTIONS, generate_pathfinder
 from linarena.data.sources import check_source, lra_release_path, reads_official
 from linarena.data.text import BYTE_VOCAB_SIZE
 
 log = logging.getLogger(__name__)
 
 DIFFICULTY_NAMES = ("curv_baseline", "curv_contour_length_9", "curv_contour_length_14")
-RESOLUTIONS = (32, 64, 128, 256)
 
 
 def read_pathfinder_metadata(dataset_dir: Path) -> list[tuple[Path, int]]:
