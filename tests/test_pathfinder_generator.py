@@ -239,3 +239,14 @@ def test_foreign_files_are_not_overwritten(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="did not write"):
         generate(tmp_path)
     assert (base / "metadata" / "0.npy").read_text() == "imgs/0 sample_0.png 0 1\n"
+
+
+def test_tensor_cache_key_changes_with_the_generator_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import linarena.data.pathfinder as pathfinder
+
+    module = pathfinder.PathfinderDataModule(tmp_path, source="generated")
+    before = module.cache_config()
+    monkeypatch.setattr(pathfinder, "GENERATOR_VERSION", generator.GENERATOR_VERSION + 1)
+    assert module.cache_config() != before

@@ -14,7 +14,11 @@ from tqdm.auto import tqdm
 from linarena.data.base import LRADataModule
 from linarena.data.batching import pack_rows
 from linarena.data.errors import DataFormatError
-from linarena.data.pathfinder_generator import RESOLUTIONS, generate_pathfinder
+from linarena.data.pathfinder_generator import (
+    GENERATOR_VERSION,
+    RESOLUTIONS,
+    generate_pathfinder,
+)
 from linarena.data.sources import check_source, lra_release_path, reads_official
 from linarena.data.text import BYTE_VOCAB_SIZE
 
@@ -159,7 +163,9 @@ class PathfinderDataModule(LRADataModule):
 
     def cache_config(self) -> dict[str, Any]:
         source = "official" if self.uses_official() else "generated"
+        generator = {"generator_version": GENERATOR_VERSION} if source == "generated" else {}
         return {
+            **generator,
             "source": source,
             "resolution": self.resolution,
             "difficulty": self.difficulty,

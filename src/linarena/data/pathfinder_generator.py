@@ -56,6 +56,7 @@ from linarena.files import atomic_path, build_lock, remove_stale_temps, write_te
 
 __all__ = [
     "DIFFICULTIES",
+    "GENERATOR_VERSION",
     "RESOLUTIONS",
     "PathfinderSample",
     "check_resolution_and_difficulty",
@@ -63,8 +64,10 @@ __all__ = [
     "render_sample",
 ]
 
-# Stored in the marker files; bump the version whenever the images a seed produces change.
-_GENERATOR = {"generator": "linarena.data.pathfinder_generator", "version": 2}
+# Stored in the marker files and in the data cache keys: bump it whenever the images a seed
+# produces change, so that neither generated folders nor tensor caches of older ones are reused.
+GENERATOR_VERSION = 2
+_GENERATOR = {"generator": "linarena.data.pathfinder_generator", "version": GENERATOR_VERSION}
 _COMPLETE, _IN_PROGRESS = ".complete", ".in_progress"
 
 
