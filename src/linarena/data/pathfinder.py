@@ -14,14 +14,17 @@ from tqdm.auto import tqdm
 from linarena.data.base import LRADataModule
 from linarena.data.batching import pack_rows
 from linarena.data.errors import DataConfigError, DataFormatError
-from linarena.data.pathfinder_generator import generate_pathfinder
+from linarena.data.pathfinder_generator import (
+    GENERATOR_VERSION,
+    RESOLUTIONS,
+    generate_pathfinder,
+)
 from linarena.data.sources import check_source, lra_release_path, reads_official
 from linarena.data.text import BYTE_VOCAB_SIZE
 
 log = logging.getLogger(__name__)
 
 DIFFICULTY_NAMES = ("curv_baseline", "curv_contour_length_9", "curv_contour_length_14")
-RESOLUTIONS = (32, 64, 128, 256)
 
 
 def read_pathfinder_metadata(dataset_dir: Path) -> list[tuple[Path, int]]:
@@ -184,7 +187,9 @@ class PathfinderDataModule(LRADataModule):
 
     def cache_config(self) -> dict[str, Any]:
         source = "official" if self.uses_official() else "generated"
+        generator = {"generator_version": GENERATOR_VERSION} if source == "generated" else {}
         return {
+            **generator,
             "source": source,
             "resolution": self.resolution,
             "difficulty": self.difficulty,

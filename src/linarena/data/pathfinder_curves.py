@@ -1,276 +1,333 @@
-"""Curve geometry for the Pathfinder generator: smooth polylines that keep clear of each other.
+"""Contour growth for the Pathfinder generator, after the original ``snakes2`` algorithm.
 
-Coordinates are continuous pixel coordinates ``(x, y)``: pixel ``(row, col)`` covers
-``[col, col + 1] x [row, row + 1]`` of an image ``resolution`` pixels wide. A curve is an array of
-shape ``(num_segments + 1, 2)``: its vertices, consecutive ones ``segment_length`` apart.
+Pixels are integer (row, col). A paddle of a contour starts ``margin`` px past a pivot point and
+ends ``paddle_length + margin`` px from it, so consecutive paddles leave a gap of about
+2 * margin. Growing a contour: the next pivot lies ``paddle_length + 2 * margin`` ahead of the
+last one along the last direction; the next paddle's far end is drawn among the pixels on the
+circle of radius ``paddle_length + margin`` around that pivot, each with weight
+cos^2(min(continuity * |turn|, 90 deg)) times (1 - the dilated occupancy there); a drawn paddle
+whose occupancy mask overlaps what is placed (mask sum >= 1.8) is redrawn, at most 3 times, after
+which the contour fails. A contour's own newest paddle joins the occupancy only when the next one
+is placed, so consecutive paddles may touch.
 
-Collisions are tested against occupancy masks on a grid finer than the pixels: a cell is blocked
-when its centre lies within a clearance (plus a slack that covers the cell size and the spacing
-of the points tested along a segment) of something already placed. A curve therefore keeps at
-least the nominal clearance from everything else; the slack only makes it a little larger.
+The two targets start ``seed_distance`` apart near the middle of the image (the first one keeps
+2 * seed_distance from the edges) and grow one paddle each in turn; if either gets stuck, both are
+drawn again. Then each distractor contour gets up to 5 attempts and is left out if all fail.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
-# Candidate turns for each next segment, as fractions of the largest turn.
-_TURNS = np.linspace(-1.0, 1.0, 9)
-# Candidate directions for a curve's first segment (plus a random offset).
-_START_HEADINGS = np.arange(12) * (2 * np.pi / 12)
-_START_WEIGHTS = np.ones(12)
-_START_POINT_DRAWS = 64
-_CURVE_TRIES = 8
+from linarena.data.pathfinder_stencils import (
+    PaddleStencil,
+    PathfinderStyle,
+    circle_offsets,
+    dilate,
+    paddle_stencil,
+)
+
+_PADDLE_TRIES = 3
+_SEED_TRIES = 3
+_DISTRACTOR_TRIES = 5
+_PAIR_TRIES = 10_000
+_REJECTION_DRAWS = 64
+_FREE = 0.3  # occupancy at or below this counts as free for a contour's first paddle
+_MIN_FREE_FRACTION = 0.01  # no new distractor once less of the image is free
 
 
-@dataclass(frozen=True)
-class SceneGeometry:
-    """Sizes (in pixels of the final image) and counts that define a Pathfinder scene."""
+Pixel = tuple[int, int]  # (row, col)
 
-    resolution: int
-    num_segments: int  # segments per target curve (the contour length)
-    segment_length: float
-    line_width: float
-    dot_radius: float
-    gap: float  # minimum background between any two strokes or dots
-    num_distractors: int
-    distractor_segments: int
-    max_turn: float  # radians, largest turn between consecutive segments
-    turn_sigma: float  # radians: turn weights fall off as exp(-turn^2 / (2 sigma^2))
-    cell_size: float  # side of an occupancy-mask cell
 
-    @property
-    def stroke_clearance(self) -> float:
-        """Centre line to centre line of two different curves."""
-        return self.line_width + self.gap
+@dataclass
+class Contour:
+    """A chain of paddles.
 
-    @property
-    def dot_clearance(self) -> float:
-        """Dot centre to any other curve's centre line."""
-        return self.dot_radius + self.line_width / 2 + self.gap
+    paddles: per paddle its (start, end) (row, col) along the contour, where the line is drawn;
+    the contour's first and last points are integer pixels (marker positions). strokes:
+    per paddle how it is drawn, (anchor pixel, angle): the stencil ``paddle_stencil(.., angle)``
+    centred on the anchor.
+    """
 
-    @property
-    def dot_dot_clearance(self) -> float:
-        return 2 * self.dot_radius + self.gap
+    paddle_length: int
+    angle: float  # direction of the newest paddle, radians
+    pivot: Pixel
+    pending: tuple[Pixel, float] | None  # newest paddle (anchor, angle), not yet in the mask
+    paddles: list[tuple[tuple[float, float], tuple[float, float]]] = field(default_factory=list)
+    strokes: list[tuple[Pixel, float]] = field(default_factory=list)
 
     @property
-    def turn_weights(self) -> np.ndarray:
-        """Sampling weights of the candidate turns ``_TURNS * max_turn``: (len(_TURNS),)."""
-        return np.exp(-0.5 * (_TURNS * self.max_turn / self.turn_sigma) ** 2)
+    def origin(self) -> Pixel:
+        return self.paddles[0][0]
 
     @property
-    def border(self) -> float:
-        """Vertices keep this far from the image edge so strokes and dots stay inside."""
-        return max(self.dot_radius, self.line_width / 2) + 0.5
+    def terminal(self) -> Pixel:
+        """The far end of the last paddle (its anchor, unless it is the first paddle)."""
+        anchor, angle = self.strokes[-1]
+        return anchor if len(self.strokes) > 1 else _step(anchor, angle, self.paddle_length)
 
 
 @dataclass(frozen=True)
 class Scene:
-    """Target curves A and B (``targets[0]``, ``targets[1]``) and the distractor curves."""
+    """Targets (the two contours that may carry markers), distractors, and the margin used."""
 
-    targets: tuple[np.ndarray, np.ndarray]
-    distractors: tuple[np.ndarray, ...]
-
-
-def _segments_of(curve: np.ndarray) -> np.ndarray:
-    return np.stack([curve[:-1], curve[1:]], axis=1)
+    targets: tuple[Contour, Contour]
+    distractors: tuple[Contour, ...]
+    margin: int
 
 
-class _Occupancy:
-    """Masks of where a centre line (``stroke``) or a target end (``dot``) may no longer go."""
-
-    def __init__(self, geometry: SceneGeometry) -> None:
-        self.geometry = geometry
-        self.cell = cell = geometry.cell_size
-        samples_per_segment = int(np.ceil(geometry.segment_length / cell)) + 1
-        self.sample_positions = np.linspace(0.0, 1.0, samples_per_segment)[None, :, None]
-        # Points are tested at most one cell apart, and anywhere in a cell.
-        self.slack = cell * (1 + np.sqrt(2)) / 2
-        # The masks extend past the image by one segment (blocked, like the border) so that any
-        # candidate segment from a vertex inside the image indexes them without clipping.
-        self.offset = (int(np.ceil(geometry.segment_length / cell)) + 1) * cell
-        size = int(np.ceil((geometry.resolution + 2 * self.offset) / cell))
-        centres = (np.arange(size) + 0.5) * cell - self.offset
-        inside = (centres >= geometry.border) & (centres <= geometry.resolution - geometry.border)
-        self.stroke = ~(inside[:, None] & inside[None, :])
-        self.dot = self.stroke.copy()
-
-    def paint(self, segments: np.ndarray, masks_and_radii: list[tuple[np.ndarray, float]]) -> None:
-        """Block, in each mask, the cells within its radius (+ slack) of each segment (N, 2, 2)."""
-        reach = max(radius for _, radius in masks_and_radii) + self.slack
-        thresholds = [(mask, (radius + self.slack) ** 2) for mask, radius in masks_and_radii]
-        size, cell = self.stroke.shape[0], self.cell
-        for (ax, ay), (bx, by) in (segments + self.offset).tolist():
-            x0 = max(0, int((min(ax, bx) - reach) / cell))
-            x1 = min(size, int((max(ax, bx) + reach) / cell) + 1)
-            y0 = max(0, int((min(ay, by) - reach) / cell))
-            y1 = min(size, int((max(ay, by) + reach) / cell) + 1)
-            px = (np.arange(x0, x1) + 0.5) * cell - ax
-            py = (np.arange(y0, y1)[:, None] + 0.5) * cell - ay
-            dx, dy = bx - ax, by - ay
-            t = (px * dx + py * dy) * (1.0 / max(dx * dx + dy * dy, 1e-12))
-            np.minimum(np.maximum(t, 0.0, out=t), 1.0, out=t)
-            squared = (px - t * dx) ** 2 + (py - t * dy) ** 2
-            for mask, threshold in thresholds:
-                mask[y0:y1, x0:x1] |= squared < threshold
-
-    def add_curve(self, curve: np.ndarray, is_target: bool) -> None:
-        geometry = self.geometry
-        self.paint(
-            _segments_of(curve),
-            [(self.stroke, geometry.stroke_clearance), (self.dot, geometry.dot_clearance)],
-        )
-        if is_target:
-            ends = np.stack([curve[[0, -1]], curve[[0, -1]]], axis=1)  # dots as 0-length segments
-            self.paint(
-                ends,
-                [(self.stroke, geometry.dot_clearance), (self.dot, geometry.dot_dot_clearance)],
-            )
-
-    def blocked_points(self, mask: np.ndarray, points: np.ndarray) -> np.ndarray:
-        """Whether each point (..., 2) falls in a blocked cell: (...,) bool."""
-        cells = ((points + self.offset) * (1.0 / self.cell)).astype(np.intp)
-        return mask[cells[..., 1], cells[..., 0]]
-
-    def blocked_segments(self, mask: np.ndarray, segments: np.ndarray) -> np.ndarray:
-        """Whether each segment (K, 2, 2) passes through a blocked cell: (K,) bool."""
-        t = self.sample_positions
-        points = segments[:, None, 0] + t * (segments[:, None, 1] - segments[:, None, 0])
-        return self.blocked_points(mask, points).any(axis=1)
+def _step(point: Pixel, angle: float, distance: float) -> Pixel:
+    """The pixel ``distance`` px from ``point`` in direction ``angle``, coordinates rounded up."""
+    return (
+        math.ceil(point[0] + distance * math.sin(angle) - 1e-9),
+        math.ceil(point[1] + distance * math.cos(angle) - 1e-9),
+    )
 
 
-class _CurveGrowth:
-    """One attempt at a smooth curve that avoids what is placed and its own earlier part."""
-
-    def __init__(self, occupancy: _Occupancy, start: np.ndarray) -> None:
-        self.occupancy = occupancy
-        self.vertices = [start]
-        geometry = occupancy.geometry
-        # The last few segments of the curve itself are near its tip by construction.
-        self.stroke_clearance = geometry.stroke_clearance
-        self.exempt = int(np.ceil(geometry.stroke_clearance / geometry.segment_length)) + 1
-        self._reset_own_mask()
-
-    def _reset_own_mask(self) -> None:
-        """Own mask: the placed obstacles plus the own segments outside the exempt window."""
-        self.own_mask = self.occupancy.stroke.copy()
-        self.painted = max(0, len(self.vertices) - 1 - self.exempt)
-        if self.painted:
-            segments = _segments_of(np.asarray(self.vertices[: self.painted + 1]))
-            self.occupancy.paint(segments, [(self.own_mask, self.stroke_clearance)])
-
-    def reverse(self) -> None:
-        """Continue growing from the other end."""
-        self.vertices.reverse()
-        self._reset_own_mask()
-
-    def valid(self, candidates: np.ndarray, is_last_target_segment: bool) -> np.ndarray:
-        """Which candidate next segments (K, 2, 2) may extend the curve: (K,) bool."""
-        occupancy, geometry = self.occupancy, self.occupancy.geometry
-        valid = ~occupancy.blocked_segments(self.own_mask, candidates)
-        if is_last_target_segment:
-            # The final vertex may carry a dot: clear of other curves, dots and its own start.
-            ends = candidates[:, 1]
-            valid &= ~occupancy.blocked_points(occupancy.dot, ends)
-            valid &= np.linalg.norm(ends - self.vertices[0], axis=1) >= geometry.dot_dot_clearance
-        return valid
-
-    def append(self, vertex: np.ndarray) -> None:
-        self.vertices.append(vertex)
-        leaving = len(self.vertices) - 1 - self.exempt
-        if leaving > self.painted:
-            segment = np.stack(self.vertices[self.painted : leaving + 1])
-            self.occupancy.paint(_segments_of(segment), [(self.own_mask, self.stroke_clearance)])
-            self.painted = leaving
+def _towards(point: Pixel, angle: float, distance: float) -> tuple[float, float]:
+    return point[0] + distance * math.sin(angle), point[1] + distance * math.cos(angle)
 
 
-def _next_segment_candidates(
-    rng: np.random.Generator, geometry: SceneGeometry, vertices: list[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Candidate next segments (K, 2, 2) from the curve's last vertex and their weights (K,)."""
-    if len(vertices) == 1:
-        headings = rng.uniform(0, 2 * np.pi) + _START_HEADINGS
-        weights = _START_WEIGHTS
-    else:
-        turns = _TURNS * geometry.max_turn
-        spacing = turns[1] - turns[0]
-        dx, dy = vertices[-1] - vertices[-2]
-        # A shared jitter keeps the turn angles continuous, not restricted to a grid.
-        headings = np.arctan2(dy, dx) + turns + rng.uniform(-spacing / 2, spacing / 2)
-        weights = geometry.turn_weights
-    candidates = np.empty((len(headings), 2, 2))
-    candidates[:, 0] = vertices[-1]
-    candidates[:, 1, 0] = vertices[-1][0] + geometry.segment_length * np.cos(headings)
-    candidates[:, 1, 1] = vertices[-1][1] + geometry.segment_length * np.sin(headings)
-    return candidates, weights
+class _Kit:
+    """What every board of one (style, margin) shares, computed once: the empty occupancy,
+    the candidate far ends of a next paddle and the paddle stencils, by angle."""
+
+    def __init__(self, style: PathfinderStyle, margin: int) -> None:
+        self.style, self.margin = style, margin
+        self.n = style.stencil_radius(margin)
+        self.pad = self.n + 1
+        size = style.resolution + 2 * self.pad
+        inner = slice(self.pad + style.padding, self.pad + style.resolution - style.padding)
+        self.mask = np.ones((size, size), dtype=np.float32)
+        self.mask[inner, inner] = 0.0
+        self.near = dilate(self.mask, margin)
+        # Far ends of a next paddle, as (row, col) offsets from the pivot, angles and flat offsets.
+        self.offsets, self.angles = circle_offsets(style.paddle_length + margin)
+        self.flat = self.offsets[:, 0] * size + self.offsets[:, 1]
+        self._weights: dict[float, np.ndarray] = {}
+        self._stencils: dict[float, PaddleStencil] = {}
+
+    def turn_weights(self, angle: float) -> np.ndarray:
+        """cos^2(min(continuity * |turn|, 90 deg)) of each candidate after direction ``angle``."""
+        weights = self._weights.get(angle)
+        if weights is None:
+            turn = np.abs(self.angles - angle)
+            turn = np.minimum(turn, 2 * math.pi - turn)
+            weights = np.cos(np.minimum(turn * self.style.continuity, math.pi / 2)) ** 2
+            self._weights[angle] = weights
+        return weights
+
+    def stencil(self, angle: float) -> PaddleStencil:
+        stencil = self._stencils.get(angle)
+        if stencil is None:
+            stencil = self._stencils[angle] = paddle_stencil(self.style, self.margin, angle)
+        return stencil
 
 
-def _grow_curve(
-    rng: np.random.Generator, occupancy: _Occupancy, num_segments: int, is_target: bool
-) -> np.ndarray | None:
-    """One attempt at a curve of ``num_segments`` segments; None when it gets stuck.
+@cache
+def _kit(style: PathfinderStyle, margin: int) -> _Kit:
+    return _Kit(style, margin)
 
-    The curve grows from one end; when that end is stuck it grows on from the other end.
+
+class Board:
+    """Occupancy ``mask`` and its dilation ``near``, padded by ``pad`` px of occupied border."""
+
+    def __init__(self, style: PathfinderStyle, margin: int) -> None:
+        self.kit = kit = _kit(style, margin)
+        self.style, self.margin, self.n, self.pad = style, margin, kit.n, kit.pad
+        self.mask, self.near = kit.mask.copy(), kit.near.copy()
+        self.near_flat = self.near.reshape(-1)
+
+    def copy(self) -> Board:
+        other = object.__new__(Board)
+        other.__dict__.update(self.__dict__)
+        other.mask, other.near = self.mask.copy(), self.near.copy()
+        other.near_flat = other.near.reshape(-1)
+        return other
+
+    def window(self, anchor: Pixel) -> tuple[slice, slice]:
+        row, col = anchor[0] + self.pad, anchor[1] + self.pad
+        return slice(row - self.n, row + self.n + 1), slice(col - self.n, col + self.n + 1)
+
+    def commit(self, contour: Contour) -> None:
+        """Add the contour's pending paddle to the occupancy."""
+        if contour.pending is None:
+            return
+        anchor, angle = contour.pending
+        stencil = self.kit.stencil(angle)
+        rows, cols = self.window(anchor)
+        np.maximum(self.mask[rows, cols], stencil.mask, out=self.mask[rows, cols])
+        np.maximum(self.near[rows, cols], stencil.near, out=self.near[rows, cols])
+        contour.pending = None
+
+    def inside(self, point: Pixel) -> bool:
+        res = self.style.resolution
+        return 0 <= point[0] < res and 0 <= point[1] < res
+
+
+def _free_tail(rng: np.random.Generator, board: Board, angle: float, edge: int) -> Pixel | None:
+    """A uniformly drawn pixel where a first paddle in direction ``angle`` finds free room.
+
+    Free: its full-mask core avoids occupancy above ``_FREE`` and the ``edge`` px image border.
     """
-    geometry = occupancy.geometry
-    # A target's start carries a dot, so it needs the dot clearance.
-    start_mask = occupancy.dot if is_target else occupancy.stroke
-    points = rng.uniform(0, geometry.resolution, size=(_START_POINT_DRAWS, 2))
-    free = ~occupancy.blocked_points(start_mask, points)
-    if not free.any():
+    res, pad = board.style.resolution, board.pad
+    blocked = board.mask > _FREE
+    blocked[pad : pad + edge, :] = blocked[pad + res - edge : pad + res, :] = True
+    blocked[:, pad : pad + edge] = blocked[:, pad + res - edge : pad + res] = True
+    core = board.kit.stencil(angle).core
+    tails = rng.integers(0, res, size=(_REJECTION_DRAWS, 2))
+    cells = tails[:, None, :] + core[None] + pad
+    ok = ~blocked[cells[..., 0], cells[..., 1]].any(axis=1)
+    if ok.any():
+        row, col = tails[int(np.argmax(ok))]
+        return int(row), int(col)
+    # Rare: little room left. Test every pixel, then draw among the free ones.
+    free = np.ones((res, res), dtype=bool)
+    for dy, dx in core:
+        free &= ~blocked[pad + dy : pad + dy + res, pad + dx : pad + dx + res]
+    candidates = np.argwhere(free)
+    if len(candidates) == 0:
         return None
-    growth = _CurveGrowth(occupancy, points[np.argmax(free)])
-    reversed_once = False
-    while len(growth.vertices) <= num_segments:
-        candidates, weights = _next_segment_candidates(rng, geometry, growth.vertices)
-        is_last = is_target and len(growth.vertices) == num_segments
-        valid = growth.valid(candidates, is_last)
-        if valid.any():
-            cumulative = np.cumsum(np.where(valid, weights, 0.0))
-            choice = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-            growth.append(candidates[choice, 1])
-            continue
-        stuck_end = growth.vertices[-1]
-        if reversed_once or len(growth.vertices) == 1:
-            return None
-        # The stuck end becomes an end of the finished curve, so for a target it must fit a dot.
-        if is_target and occupancy.blocked_points(occupancy.dot, stuck_end):
-            return None
-        growth.reverse()
-        reversed_once = True
-    return np.asarray(growth.vertices)
+    row, col = candidates[rng.integers(len(candidates))]
+    return int(row), int(col)
 
 
-def layout_scene(rng: np.random.Generator, geometry: SceneGeometry) -> Scene | None:
-    """Place targets A and B, then the distractors; None when the targets do not fit.
+def _seed(board: Board, tail: Pixel, angle: float) -> Contour | None:
+    """Start a contour with a first paddle from ``tail`` in direction ``angle``."""
+    length, margin = board.style.paddle_length, board.margin
+    head = _step(tail, angle, length)
+    pivot = _step(head, angle, -(length + margin))
+    if not (board.inside(head) and board.inside(pivot)):
+        return None
+    contour = Contour(paddle_length=length, angle=angle, pivot=pivot, pending=(tail, angle))
+    contour.paddles.append((tail, _towards(tail, angle, length)))
+    contour.strokes.append((tail, angle))
+    return contour
 
-    A distractor that finds no room in ``_CURVE_TRIES`` attempts is left out, so crowded images
-    can hold fewer than ``geometry.num_distractors`` distractors.
+
+def _random_angle(rng: np.random.Generator) -> float:
+    return int(rng.integers(-180, 180)) * math.pi / 180
+
+
+def _extend(rng: np.random.Generator, board: Board, contour: Contour) -> bool:
+    """Add one paddle to ``contour``; False when it is stuck (the board is then unchanged).
+
+    Far ends outside the image need no test: the padding around it is fully occupied.
     """
-    occupancy = _Occupancy(geometry)
-    targets = []
-    for _ in range(2):
-        target = _place_curve(rng, occupancy, geometry.num_segments, is_target=True)
-        if target is None:
+    style, margin, kit = board.style, board.margin, board.kit
+    pivot = _step(contour.pivot, contour.angle, style.paddle_length + 2 * margin)
+    base = (pivot[0] + board.pad) * board.near.shape[1] + pivot[1] + board.pad
+    free = 1.0 - board.near_flat[base + kit.flat]
+    cumulative = np.cumsum(kit.turn_weights(contour.angle) * free)
+    total = float(cumulative[-1])
+    if total < 1e-4:
+        return False
+    for _ in range(_PADDLE_TRIES):
+        drawn = int(np.searchsorted(cumulative, rng.random() * total, side="right"))
+        index = min(drawn, len(kit.angles) - 1)
+        end = (pivot[0] + int(kit.offsets[index, 0]), pivot[1] + int(kit.offsets[index, 1]))
+        angle = float(kit.angles[index])
+        back = angle + math.pi if angle < 0 else angle - math.pi
+        rows, cols = board.window(end)
+        if (board.mask[rows, cols] + kit.stencil(back).mask).max() < 1.8:
+            board.commit(contour)
+            contour.paddles.append((_towards(end, angle, -style.paddle_length), end))
+            contour.strokes.append((end, back))
+            contour.pivot, contour.angle, contour.pending = pivot, angle, (end, back)
+            return True
+    return False
+
+
+def _grow_targets(
+    rng: np.random.Generator, board: Board, num_paddles: int
+) -> tuple[Contour, Contour] | None:
+    """Two target contours starting ``seed_distance`` apart; None when they get stuck."""
+    style = board.style
+    first = second = None
+    for _ in range(_SEED_TRIES):
+        angle = _random_angle(rng)
+        tail = _free_tail(rng, board, angle, edge=2 * style.seed_distance)
+        if tail is None:
             return None
-        targets.append(target)
+        first = _seed(board, tail, angle)
+        if first is not None:
+            break
+    if first is None:
+        return None
+    for _ in range(_SEED_TRIES):
+        direction = int(rng.integers(0, 360)) * math.pi / 180
+        row, col = first.origin
+        tail = (
+            round(row + style.seed_distance * math.sin(direction)),
+            round(col + style.seed_distance * math.cos(direction)),
+        )
+        second = _seed(board, tail, _random_angle(rng))
+        if second is not None:
+            break
+    if second is None:
+        return None
+    for _ in range(num_paddles - 1):
+        for contour in (first, second):
+            if not _extend(rng, board, contour):
+                return None
+    board.commit(first)
+    board.commit(second)
+    return first, second
+
+
+def _grow_distractor(rng: np.random.Generator, board: Board, num_paddles: int) -> Contour | None:
+    """One distractor grown on ``board`` (changed only on success); None when it fails."""
+    style = board.style
+    res, pad = style.resolution, board.pad
+    if np.mean(board.mask[pad : pad + res, pad : pad + res] <= _FREE) < _MIN_FREE_FRACTION:
+        return None
+    trial = board.copy()
+    for _ in range(_SEED_TRIES):
+        angle = _random_angle(rng)
+        tail = _free_tail(rng, trial, angle, edge=1)
+        if tail is None:
+            return None
+        contour = _seed(trial, tail, angle)
+        if contour is not None:
+            break
+    else:
+        return None
+    for _ in range(num_paddles - 1):
+        if not _extend(rng, trial, contour):
+            return None
+    trial.commit(contour)
+    board.mask, board.near = trial.mask, trial.near
+    return contour
+
+
+def layout_scene(
+    rng: np.random.Generator,
+    style: PathfinderStyle,
+    contour_length: int,
+    distractor_length: int,
+    num_distractors: int,
+) -> Scene:
+    """Targets of ``contour_length`` paddles and up to ``num_distractors`` distractors."""
+    margin = style.margins[int(rng.integers(len(style.margins)))]
+    for _ in range(_PAIR_TRIES):
+        board = Board(style, margin)
+        targets = _grow_targets(rng, board, contour_length)
+        if targets is not None:
+            break
+    else:
+        raise RuntimeError(
+            f"Could not place the two Pathfinder target contours ({style.resolution}px, "
+            f"{contour_length} paddles) in {_PAIR_TRIES} tries."
+        )
     distractors = []
-    for _ in range(geometry.num_distractors):
-        distractor = _place_curve(rng, occupancy, geometry.distractor_segments, is_target=False)
-        if distractor is not None:
-            distractors.append(distractor)
-    return Scene(targets=(targets[0], targets[1]), distractors=tuple(distractors))
-
-
-def _place_curve(
-    rng: np.random.Generator, occupancy: _Occupancy, num_segments: int, is_target: bool
-) -> np.ndarray | None:
-    """Grow a curve (retrying a few times) and mark it as placed; None when it does not fit."""
-    for _ in range(_CURVE_TRIES):
-        curve = _grow_curve(rng, occupancy, num_segments, is_target)
-        if curve is not None:
-            occupancy.add_curve(curve, is_target)
-            return curve
-    return None
+    for _ in range(num_distractors):
+        for _ in range(_DISTRACTOR_TRIES):
+            contour = _grow_distractor(rng, board, distractor_length)
+            if contour is not None:
+                distractors.append(contour)
+                break
+    return Scene(targets=targets, distractors=tuple(distractors), margin=margin)
