@@ -31,7 +31,7 @@ def test_unknown_variant_names_are_an_error_listing_the_valid_ones() -> None:
 def model_layers(name: str) -> list[torch.nn.Module]:
     """The attention cores of a 2-layer model built as train.py builds it from the config."""
     cfg = compose_config([f"attention={name}", "model.num_layers=2", "model.causal=false"])
-    model = instantiate(cfg.model, vocab_size=10, num_classes=2, task="sequence",
+    model = instantiate(cfg.model, vocab_size=10, num_classes=2, head_kind="sequence",
                         attention=instantiate(cfg.attention))
     return [block.attention.core for block in model.blocks]
 
