@@ -49,11 +49,12 @@ def summary(task: str, attention: str, seed: int, acc: float, tps: float, mem: f
 
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
-    """multirun/<date>/<job>/summary.json, nested like Hydra's output folders."""
+    """multirun/<date>/<job>/summary.json, one sweep nested like Hydra's output folders (as
+    written before summaries named their sweep: the folder says which)."""
     job = 0
     for (task, attention), seeds in RUNS.items():
         for seed, (acc, tps, mem) in enumerate(seeds, start=1):
-            folder = tmp_path / "multirun" / f"2025-01-0{seed}" / str(job)
+            folder = tmp_path / "multirun" / "2025-01-01" / str(job)
             folder.mkdir(parents=True)
             (folder / "summary.json").write_text(
                 json.dumps(summary(task, attention, seed, acc, tps, mem), indent=2))
@@ -121,12 +122,20 @@ def test_filter_selects_runs(runs_dir: Path, tmp_path: Path) -> None:
     assert (out / "scatter_text.png").exists()
 
 
-def test_duplicate_seed_is_refused(runs_dir: Path, tmp_path: Path, capsys) -> None:
-    copy = runs_dir / "rerun"
-    copy.mkdir()
-    (copy / "summary.json").write_text(json.dumps(summary("text", "performer", 1, 0.5, 1, 1)))
-    assert run_compare("--runs", runs_dir, "--out", tmp_path / "out") == 2
-    assert "two runs of task=text attention=performer seed=1" in capsys.readouterr().err
+def test_a_rerun_of_the_same_setting_keeps_the_last_and_says_so(
+    runs_dir: Path, tmp_path: Path, capsys
+) -> None:
+    copy = runs_dir / "zz-rerun" / "0"
+    copy.mkdir(parents=True)
+    (copy / "summary.json").write_text(json.dumps(
+        {**summary("text", "performer", 1, 0.5, 1, 1), "sweep": "runs"}))
+    for folder in runs_dir.glob("2025-01-01/*"):  # the fixture's runs: one sweep, "runs"
+        path = folder / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "sweep": "runs"}))
+    assert run_compare("--runs", runs_dir, "--out", tmp_path / "out") == 0
+    assert "text/performer/seed 1 in 'runs' ran twice" in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "out" / "results.csv").set_index(["task", "attention"])
+    assert table.loc[("text", "performer"), "test_acc_pct_mean"] == pytest.approx(50.0)
 
 
 def test_malformed_summary_names_file_and_line(tmp_path: Path, capsys) -> None:

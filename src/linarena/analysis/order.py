@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder32", "pathx", "mqar")
+# Task names are the data config names (conf/data/).
+TASK_ORDER = ("listops", "listops_small", "text", "retrieval", "image", "pathfinder", "pathx",
+              "mqar")
 ATTENTION_ORDER = ("softmax", "elu", "performer", "cosformer")
 
 

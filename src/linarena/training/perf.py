@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from torch.distributed import ReduceOp
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -110,13 +111,14 @@ class PerfMonitor(Callback):
         if trainer.world_size == 1:
             return
         seconds, samples, tokens = self._totals()
-        totals = torch.tensor([seconds, samples, tokens], dtype=torch.float64,
-                              device=pl_module.device)
-        gathered = pl_module.all_gather(totals).reshape(-1, 3).cpu()
-        slowest = float(gathered[:, 0].max())
+        device = pl_module.device
+        counts = trainer.strategy.reduce(
+            torch.tensor([samples, tokens], dtype=torch.float64, device=device), reduce_op="sum")
+        slowest = float(trainer.strategy.reduce(
+            torch.tensor(seconds, dtype=torch.float64, device=device), reduce_op=ReduceOp.MAX))
         self._global = {
-            "perf/samples_per_sec": float(gathered[:, 1].sum()) / slowest if slowest else 0.0,
-            "perf/tokens_per_sec": float(gathered[:, 2].sum()) / slowest if slowest else 0.0,
+            "perf/samples_per_sec": float(counts[0]) / slowest if slowest else 0.0,
+            "perf/tokens_per_sec": float(counts[1]) / slowest if slowest else 0.0,
         }
 
     def final_metrics(self) -> dict[str, float]:
