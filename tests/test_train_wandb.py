@@ -96,7 +96,8 @@ def test_with_an_api_key_and_no_network_the_run_goes_offline_with_one_line(
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    env = {"WANDB_MODE": "", "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": CLOSED_PORT_URL}
+    env = {"WANDB_MODE": "", "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": CLOSED_PORT_URL,
+           "WANDB_SILENT": ""}
     started = time.monotonic()
     result = run_train(["debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, data_dir,
                        env=env, timeout=240)
@@ -107,6 +108,12 @@ def test_with_an_api_key_and_no_network_the_run_goes_offline_with_one_line(
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["wandb"]["mode"] == "offline"
     assert time.monotonic() - started < 120  # wandb.init alone would wait 90 s, then fail
+    # What the user reads, with the output going to a pipe: a plain progress line in steps,
+    # the headline numbers, and none of the libraries' noise.
+    assert "step 4/4 (100%), loss " in output and "tok/s " in output
+    assert "Results: test/acc=" in output and "tokens/s, peak memory" in output
+    for noise in ("litlogger", "LeafSpec", "anonymous setting", "Run history", "Run summary"):
+        assert noise not in output, noise
 
 
 def test_offline_message_gives_the_sync_command() -> None:

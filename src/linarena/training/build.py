@@ -24,6 +24,7 @@ from linarena.training.checks import (
 from linarena.training.errors import ConfigError
 from linarena.training.module import ClassificationModule
 from linarena.training.perf import PerfMonitor
+from linarena.training.summary import run_names
 
 
 @dataclass
@@ -116,10 +117,11 @@ def build_components(
 
 def logged_config(cfg: DictConfig, task: str, attention: str, precision: str) -> dict[str, Any]:
     """The resolved config as loggers get it, with `task` and `attention` names at the top level
-    (what runs are grouped and filtered by, scripts/compare.py --wandb reads them); the
+    and `seed`, `debug`, `sweep` (what runs are grouped and filtered by, scripts/compare.py
+    --wandb reads them); the
     attention group's settings move to
     `attention_config`, and trainer.precision is the one actually used."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["attention_config"] = resolved.pop("attention")
     resolved["trainer"]["precision"] = precision
-    return {"task": task, "attention": attention, **resolved}
+    return {**resolved, **run_names(cfg), "task": task, "attention": attention}
