@@ -56,6 +56,10 @@ class StepProgress(TQDMProgressBar):
         if self.plain:
             self.disable()
 
+    def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, str]:
+        """What every bar update shows (also after validation): see SHOWN."""
+        return shown_metrics(trainer)
+
     def total_steps(self, trainer: Trainer) -> int | None:
         return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
 
@@ -88,12 +92,12 @@ class StepProgress(TQDMProgressBar):
         bar = self.train_progress_bar
         if bar is not None and self._should_update(step, bar.total or 0):
             bar.n = step
-            bar.set_postfix(shown_metrics(trainer), refresh=False)
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
             bar.refresh()
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self.plain:
-            self.train_progress_bar.set_postfix(shown_metrics(trainer))
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.plain:
