@@ -124,3 +124,27 @@ def test_offline_message_gives_the_sync_command() -> None:
 def test_summaries_keep_the_best_validation_and_the_last_test_accuracy() -> None:
     assert METRIC_SUMMARIES["val/acc"] == "max"
     assert METRIC_SUMMARIES["test/acc"] == "last"
+
+
+def test_a_resumed_run_logs_at_the_training_step_and_skips_the_steps_it_already_has(
+    tmp_path: Path,
+) -> None:
+    """Killed at step 68 with its checkpoint at step 50, the resumed run trains 51-68 again: W&B
+    already holds those (its next row is 69), so they are not logged a second time."""
+    from linarena.training.wandb_run import StepWandbLogger
+
+    class ResumedRun:
+        step = 69  # wandb: the step of the next log() call
+
+        def __init__(self) -> None:
+            self.rows: list[tuple[int, dict]] = []
+
+        def log(self, row: dict, step: int | None = None) -> None:
+            self.rows.append((step, row))
+
+    logger = StepWandbLogger(save_dir=str(tmp_path), mode="disabled")
+    logger._experiment = run = ResumedRun()
+    for step in range(51, 72):
+        logger.log_metrics({"train/loss": 1.0}, step=step)
+    assert [step for step, _ in run.rows] == [69, 70, 71]
+    assert all(row["trainer/global_step"] == step for step, row in run.rows)

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import requests
 import wandb
+from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -100,6 +101,32 @@ def check_wandb_keys(keys: Iterable[str]) -> None:
                           f"arguments of WandbLogger and wandb.init: {', '.join(sorted(valid))}.")
 
 
+class StepWandbLogger(WandbLogger):
+    """WandbLogger that logs at W&B step = trainer.global_step, so that W&B's own step axis is
+    the training step and a resumed run continues it: the steps a resumed process trains again
+    (those after its checkpoint that the interrupted process had already logged) are skipped
+    instead of being logged twice."""
+
+    _first_new_step: int | None = None
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+        if step is None:
+            super().log_metrics(metrics, step)
+            return
+        if self._first_new_step is None:
+            # The step of the run's next row: 0 for a new run, past the last logged step for a
+            # resumed one (asked once: it is a round trip to the wandb service).
+            self._first_new_step = int(self.experiment.step)
+        if step < self._first_new_step:
+            return
+        metrics = _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
+        self.experiment.log({**metrics, STEP_KEY: step}, step=step)
+
+
+STEP_KEY = "trainer/global_step"
+
+
 def wandb_logger(
     save_dir: str,
     ckpt_path: str | None = None,
@@ -129,8 +156,8 @@ def wandb_logger(
     # The end-of-run history and summary wandb prints are 30-odd lines; train.py prints where
     # the run is instead.
     kwargs.setdefault("settings", wandb.Settings(quiet=True))
-    logger = WandbLogger(save_dir=str(output_dir), mode=mode, resume="allow",
-                         tags=sorted({*tags, *extra_tags}), **kwargs)
+    logger = StepWandbLogger(save_dir=str(output_dir), mode=mode, resume="allow",
+                             tags=sorted({*tags, *extra_tags}), **kwargs)
     # WandbLogger always passes `anonymous`, which wandb deprecated and warns about at each run.
     logger._wandb_init.pop("anonymous", None)
     return logger
