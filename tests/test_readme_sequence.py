@@ -5,6 +5,7 @@ search and the debug presets (which it leaves out)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,7 @@ def test_compare_works_on_the_folder_the_readme_sequence_leaves(tmp_path: Path) 
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "compare.py"), "--runs",
          str(tmp_path / "outputs"), "--out", str(out)],
-        capture_output=True, text=True, env={**run_env(), "PYTHONPATH": str(REPO / "src")},
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )
     assert result.returncode == 0, result.stderr
     table = pd.read_csv(out / "results.csv")
@@ -59,13 +60,7 @@ def test_compare_works_on_the_folder_the_readme_sequence_leaves(tmp_path: Path) 
     picked = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "compare.py"), "--runs",
          str(tmp_path / "outputs"), "--out", str(out), "--sweep", sweep],
-        capture_output=True, text=True, env={**run_env(), "PYTHONPATH": str(REPO / "src")},
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
     )
     assert picked.returncode == 0, picked.stderr
     assert set(pd.read_csv(out / "results.csv")["sweep"]) == {sweep}
-
-
-def run_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
