@@ -19,8 +19,10 @@ os.environ.setdefault("LINARENA_ROOT", str(Path(__file__).resolve().parent))
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     # Imported here so that --help and config-composition errors do not wait for torch to load.
+    from linarena.quiet import silence_library_noise
     from linarena.training.entry import run_job
 
+    silence_library_noise(resuming=cfg.get("ckpt_path") is not None)
     return run_job(cfg)
 
 

@@ -49,11 +49,12 @@ def summary(task: str, attention: str, seed: int, acc: float, tps: float, mem: f
 
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
-    """multirun/<date>/<job>/summary.json, nested like Hydra's output folders."""
+    """multirun/<date>/<job>/summary.json, one sweep nested like Hydra's output folders (as
+    written before summaries named their sweep: the folder says which)."""
     job = 0
     for (task, attention), seeds in RUNS.items():
         for seed, (acc, tps, mem) in enumerate(seeds, start=1):
-            folder = tmp_path / "multirun" / f"2025-01-0{seed}" / str(job)
+            folder = tmp_path / "multirun" / "2025-01-01" / str(job)
             folder.mkdir(parents=True)
             (folder / "summary.json").write_text(
                 json.dumps(summary(task, attention, seed, acc, tps, mem), indent=2))
@@ -121,12 +122,20 @@ def test_filter_selects_runs(runs_dir: Path, tmp_path: Path) -> None:
     assert (out / "scatter_text.png").exists()
 
 
-def test_duplicate_seed_is_refused(runs_dir: Path, tmp_path: Path, capsys) -> None:
-    copy = runs_dir / "rerun"
-    copy.mkdir()
-    (copy / "summary.json").write_text(json.dumps(summary("text", "performer", 1, 0.5, 1, 1)))
-    assert run_compare("--runs", runs_dir, "--out", tmp_path / "out") == 2
-    assert "two runs of task=text attention=performer seed=1" in capsys.readouterr().err
+def test_a_rerun_of_the_same_setting_keeps_the_last_and_says_so(
+    runs_dir: Path, tmp_path: Path, capsys
+) -> None:
+    copy = runs_dir / "zz-rerun" / "0"
+    copy.mkdir(parents=True)
+    (copy / "summary.json").write_text(json.dumps(
+        {**summary("text", "performer", 1, 0.5, 1, 1), "sweep": "runs"}))
+    for folder in runs_dir.glob("2025-01-01/*"):  # the fixture's runs: one sweep, "runs"
+        path = folder / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "sweep": "runs"}))
+    assert run_compare("--runs", runs_dir, "--out", tmp_path / "out") == 0
+    assert "text/performer/seed 1 in 'runs' ran twice" in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "out" / "results.csv").set_index(["task", "attention"])
+    assert table.loc[("text", "performer"), "test_acc_pct_mean"] == pytest.approx(50.0)
 
 
 def test_malformed_summary_names_file_and_line(tmp_path: Path, capsys) -> None:
@@ -175,3 +184,55 @@ def test_scatter_labels_of_coinciding_points_are_stacked() -> None:
     rows = label_rows(tokens_per_sec, accuracy)
     assert rows[0] == 0
     assert sorted(rows[1:]) == [0, 1, 2]
+
+
+def test_debug_runs_are_left_out_unless_asked_for(runs_dir: Path, tmp_path: Path, capsys) -> None:
+    debug = runs_dir / "debug-run"
+    debug.mkdir()
+    (debug / "summary.json").write_text(json.dumps(
+        {**summary("mqar", "softmax", 1, 0.9, 10.0, 1.0), "debug": True}))
+    out = tmp_path / "out"
+    assert run_compare("--runs", runs_dir, "--out", out) == 0
+    assert "mqar" not in set(pd.read_csv(out / "results.csv")["task"])
+    assert run_compare("--runs", runs_dir, "--out", out, "--debug") == 0
+    assert "mqar" in set(pd.read_csv(out / "results.csv")["task"])
+    assert run_compare("--runs", debug, "--out", out) == 2
+    assert "debug runs are left out; --debug includes them" in capsys.readouterr().err
+
+
+def test_published_numbers_only_beside_the_task_they_were_published_for(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    for task in ("listops", "listops_small"):
+        (runs / task).mkdir(parents=True)
+        (runs / task / "summary.json").write_text(json.dumps(
+            {**summary(task, "softmax", 1, 0.4, 10.0, 1.0), "sweep": "runs"}))
+    out = tmp_path / "out"
+    assert run_compare("--runs", runs, "--out", out, "--published") == 0
+    table = pd.read_csv(out / "results.csv").set_index("task")
+    assert table.loc["listops", "published_test_acc_pct"] == pytest.approx(36.37)
+    assert math.isnan(table.loc["listops_small", "published_test_acc_pct"])
+
+
+def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run at 1% accuracy with a 3-point std: the lower bar ends at 0, not at -2%."""
+    from matplotlib.axes import Axes
+
+    from linarena.analysis.plots import plot_accuracy_vs_throughput
+
+    table = pd.DataFrame({"attention": ["softmax", "elu"], "n": [3, 3],
+                          "test_acc_pct_mean": [1.0, 50.0], "test_acc_pct_std": [3.0, 1.0],
+                          "tokens_per_sec_mean": [100.0, 200.0],
+                          "tokens_per_sec_std": [10.0, 10.0],
+                          "peak_memory_mb_mean": [10.0, 10.0]})
+    lower_ends = []
+    errorbar = Axes.errorbar
+
+    def recording(self, x, y, *args, yerr=None, **kwargs):
+        lower_ends.append(y - yerr[0][0])
+        return errorbar(self, x, y, *args, yerr=yerr, **kwargs)
+
+    monkeypatch.setattr(Axes, "errorbar", recording)
+    plot_accuracy_vs_throughput(table, "t", tmp_path / "scatter.png")
+    assert lower_ends == [0.0, 49.0]

@@ -59,7 +59,9 @@ def test_smoke_run_trains_tests_and_writes_summary(
 
     summary = read_summary(output_dir)
     assert set(summary) >= SUMMARY_KEYS
-    assert (summary["task"], summary["attention"], summary["seed"]) == ("listops", attention, 1)
+    assert (summary["task"], summary["attention"], summary["seed"]) == (
+        "listops_small", attention, 1)
+    assert summary["debug"] is True and summary["world_size"] == 1
     assert summary["global_step"] == 4
     metrics = summary["metrics"]
     assert set(metrics) == METRIC_KEYS
@@ -96,9 +98,11 @@ def test_resume_from_last_checkpoint_continues_the_steps_and_the_wandb_run(
     first = read_summary(output_dir)
     assert first["global_step"] == 4 and first["wandb"]["mode"] == "offline"
     # What scripts/compare.py and the W&B workspace rely on.
-    assert seen["run"] == ("listops", "performer-s1", "performer", {"listops", "performer"})
+    # debug=smoke: a debug run, grouped apart from the real ones.
+    assert seen["run"] == ("debug", "performer-s1", "performer",
+                           {"listops_small", "performer", "debug"})
     assert (seen["config"]["task"], seen["config"]["attention"], seen["config"]["seed"]) == (
-        "listops", "performer", 1)
+        "listops_small", "performer", 1)
     assert seen["config"]["model"]["d_model"] == 32
     for key, value in first["metrics"].items():
         assert seen["summary"][key] == pytest.approx(value), key

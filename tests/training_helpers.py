@@ -46,12 +46,15 @@ def compose_config(overrides: list[str], output_dir: Path | None = None) -> Dict
     return cfg
 
 
-def train_env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
-    """Environment for a train.py subprocess: offline W&B in tmp, the repo's src importable."""
+def train_env(
+    tmp_path: Path, data_dir: Path, env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Environment for a train.py subprocess: offline W&B in tmp, the repo's src importable;
+    `env` entries are added last (an empty value removes the variable)."""
     # tests/ too, so that configs can name the callbacks of this file.
     paths = (str(REPO / "src"), str(REPO / "tests"), os.environ.get("PYTHONPATH"))
     python_path = os.pathsep.join(p for p in paths if p)
-    return {
+    merged = {
         **os.environ,
         "WANDB_MODE": "offline",
         "WANDB_DIR": str(tmp_path / "wandb_home"),
@@ -60,17 +63,20 @@ def train_env(tmp_path: Path, data_dir: Path) -> dict[str, str]:
         "LINARENA_ROOT": str(tmp_path),  # outputs/ under tmp_path, not in the repository
         "PYTHONPATH": python_path,
         "HYDRA_FULL_ERROR": "0",
+        **(env or {}),
     }
+    return {key: value for key, value in merged.items() if value != ""}
 
 
 def run_train(
-    args: list[str], tmp_path: Path, data_dir: Path, timeout: int = 300
+    args: list[str], tmp_path: Path, data_dir: Path, timeout: int = 300,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """python train.py *args, from tmp_path, capturing output."""
+    """python train.py *args, from tmp_path, capturing output (`env`: see train_env)."""
     return subprocess.run(
         [sys.executable, str(TRAIN_PY), *args],
         cwd=tmp_path,
-        env=train_env(tmp_path, data_dir),
+        env=train_env(tmp_path, data_dir, env),
         capture_output=True,
         text=True,
         timeout=timeout,

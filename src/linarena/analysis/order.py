@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from linarena.attention.variants import label, variant_names
 
-TASK_ORDER = ("listops", "text", "retrieval", "image", "pathfinder32", "pathx", "mqar")
+# Task names are the data config names (conf/data/).
+TASK_ORDER = ("listops", "listops_small", "text", "retrieval", "image", "pathfinder", "pathx",
+              "mqar")
 ATTENTION_ORDER = tuple(variant_names())
 
 

@@ -12,7 +12,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
-from matplotlib.ticker import LogFormatter, NullFormatter, ScalarFormatter
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogFormatter,
+    LogLocator,
+    NullFormatter,
+    ScalarFormatter,
+)
 
 from linarena.analysis.order import ATTENTION_ORDER, attention_label, attention_sort_key
 from linarena.files import write_atomic
@@ -91,7 +97,8 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, path: Path) -> N
     """Scatter of test accuracy against tokens/s for one task, marker area ~ peak memory.
 
     ``table`` has one row per attention with the aggregate columns of
-    :func:`linarena.analysis.table.aggregate_runs`; error bars are the seed std (absent for n=1).
+    :func:`linarena.analysis.table.aggregate_runs`; error bars are the seed std (absent for
+    n=1), cut at 0% and 100%.
     """
     if table.empty:
         raise ValueError(f"no runs of task {task!r} to plot")
@@ -103,40 +110,59 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, path: Path) -> N
     fig, ax = plt.subplots(figsize=(7, 5))
     stacking = label_rows(table["tokens_per_sec_mean"].to_numpy(dtype=float),
                              table["test_acc_pct_mean"].to_numpy(dtype=float))
-    for row, size, label_row in zip(table.itertuples(), sizes, stacking, strict=True):
+    log_tps = np.log10(table["tokens_per_sec_mean"].to_numpy(dtype=float))
+    span = max(float(log_tps.max() - log_tps.min()), 1e-9)
+    for row, size, label_row, at in zip(table.itertuples(), sizes, stacking,
+                                        (log_tps - log_tps.min()) / span, strict=True):
         color = colors[row.attention]
-        ax.errorbar(row.tokens_per_sec_mean, row.test_acc_pct_mean,
-                    xerr=_zero_if_nan(row.tokens_per_sec_std), yerr=_zero_if_nan(row.test_acc_pct_std),
+        acc, acc_std = row.test_acc_pct_mean, _zero_if_nan(row.test_acc_pct_std)
+        tps, tps_std = row.tokens_per_sec_mean, _zero_if_nan(row.tokens_per_sec_std)
+        ax.errorbar(tps, acc, xerr=[[min(tps_std, 0.99 * tps)], [tps_std]],  # > 0 on a log axis
+                    yerr=[[min(acc_std, acc)], [min(acc_std, 100.0 - acc)]],
                     fmt="none", ecolor=color, capsize=3, alpha=0.8)
         ax.scatter(row.tokens_per_sec_mean, row.test_acc_pct_mean, s=size, color=color,
                    alpha=0.6, edgecolors="black", linewidths=0.5)
-        ax.annotate(f"{row.peak_memory_mb_mean:.0f} MB (n={row.n})",
+        ax.annotate(f"{row.attention}: {row.peak_memory_mb_mean:,.0f} MB (n={row.n})",
                     (row.tokens_per_sec_mean, row.test_acc_pct_mean),
-                    textcoords="offset points", xytext=(8, 8 + 11 * label_row), fontsize=8)
-    handles = [Line2D([], [], marker="o", linestyle="", color=colors[name],
-                      label=attention_label(name)) for name in table["attention"]]
+                    textcoords="offset points", fontsize=8,
+                    # labels of the right-most points go to their left, inside the axes
+                    xytext=(-8 if at > 0.7 else 8, 8 + 11 * label_row),
+                    ha="right" if at > 0.7 else "left")
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors[name], label=attention_label(name))
+               for name in table["attention"]]
     ax.legend(handles=handles, title="attention", fontsize=8)
     ax.set_xscale("log")
+    # Plain numbers, as many per decade as the span leaves room for; no minor labels, so
+    # nothing overprints.
+    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if span < 1 else (1.0, 2.0, 5.0) if span < 2 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("training throughput (tokens/s)")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"{task}: accuracy vs throughput (marker area ~ peak memory; "
                  "bars: seed std)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.margins(0.15)
+    low, high = ax.get_ylim()
+    ax.set_ylim(max(low, 0.0), min(high, 105.0))  # no negative accuracies on the axis
     fig.tight_layout()
     _save(fig, path)
 
 
 def label_rows(x: np.ndarray, y: np.ndarray) -> list[int]:
     """A label line per point, so that labels of points that (nearly) coincide are stacked
-    instead of printed over each other: near means within 0.1 decade of throughput and 3% of
-    the accuracy range. Points are taken by increasing accuracy."""
-    y_range = max(float(np.nanmax(y) - np.nanmin(y)), 1e-9)
+    instead of printed over each other: near means within 30% of the plotted log-throughput
+    span (a label's width, at least 0.1 decade) and 5% of the accuracy range. Points are taken
+    by increasing accuracy."""
+    log_x = np.log10(x)
+    x_near = max(0.3 * float(np.nanmax(log_x) - np.nanmin(log_x)), 0.1)
+    y_near = 0.05 * max(float(np.nanmax(y) - np.nanmin(y)), 1e-9)
     rows = [0] * len(x)
     placed: list[int] = []
     for i in np.argsort(y, kind="stable"):
         near = [j for j in placed
-                if abs(np.log10(x[i]) - np.log10(x[j])) < 0.1 and abs(y[i] - y[j]) < 0.03 * y_range]
+                if abs(log_x[i] - log_x[j]) < x_near and abs(y[i] - y[j]) < y_near]
         rows[i] = max((rows[j] + 1 for j in near), default=0)
         placed.append(i)
     return rows

@@ -1,9 +1,10 @@
 """Load finished training runs, from local summary.json files or from the W&B API.
 
 Every run becomes one :class:`RunRecord`. Local runs: each training run writes ``summary.json``
-in its Hydra output folder (schema in the README). W&B runs: ``task``, ``attention`` and ``seed``
-in the run config (group = task and name ``{attention}-s{seed}`` also work), metrics in the run
-summary under the same names as in summary.json.
+in its Hydra output folder (schema in the README). W&B runs: ``task``, ``attention``, ``seed``,
+``sweep`` and ``debug`` in the run config (group = task and name ``{attention}-s{seed}`` also
+work), metrics in the run summary under the same names as in summary.json. Debug runs
+(debug=smoke/fdr/overfit) are left out unless asked for.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class RunRecord:
     peak_memory_mb: float
     params: float
     source: str  # where it came from: a summary.json path or a W&B run path
+    # The comparison it belongs to: its multirun folder or "runs", then the overrides other
+    # than attention and seed (linarena.training.summary.sweep_label).
+    sweep: str = "runs"
+    debug: bool = False
 
 
 def parse_filters(items: Iterable[str]) -> dict[str, Any]:
@@ -82,8 +87,9 @@ def _metric(metrics: Mapping[str, Any], name: str, where: str) -> float:
     return value
 
 
-def record_from_summary(summary: Mapping[str, Any], where: str) -> RunRecord:
-    """A RunRecord from a parsed summary.json; ``where`` names the file in error messages."""
+def record_from_summary(summary: Mapping[str, Any], where: str, sweep: str = "runs") -> RunRecord:
+    """A RunRecord from a parsed summary.json; ``where`` names the file in error messages,
+    ``sweep`` is used when the summary names none (written before sweeps were recorded)."""
     for key in ("task", "attention", "seed", "metrics"):
         if key not in summary:
             raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
@@ -91,29 +97,44 @@ def record_from_summary(summary: Mapping[str, Any], where: str) -> RunRecord:
     return RunRecord(
         task=str(summary["task"]), attention=str(summary["attention"]), seed=int(summary["seed"]),
         **{field: _metric(metrics, name, where) for name, field in METRICS.items()},
-        source=where,
+        source=where, sweep=str(summary.get("sweep") or sweep),
+        debug=bool(summary.get("debug", False)),
     )
 
 
-def load_local_runs(dirs: Iterable[str | Path], filters: Mapping[str, Any]) -> list[RunRecord]:
-    """Every summary.json under ``dirs`` (searched recursively) that matches ``filters``."""
-    paths: list[Path] = []
+def _folder_sweep(path: Path, root: Path) -> str:
+    """For a summary.json without a sweep: the folder holding its run folder, relative to
+    the searched folder (a multirun folder, or runs/)."""
+    parent = path.parent.parent
+    return str(parent.relative_to(root)) if parent != root and parent.is_relative_to(root) \
+        else "runs"
+
+
+def load_local_runs(
+    dirs: Iterable[str | Path], filters: Mapping[str, Any], include_debug: bool = False
+) -> list[RunRecord]:
+    """Every summary.json under ``dirs`` (searched recursively) that matches ``filters``; debug
+    runs only with ``include_debug``. A summary.json of a run that did not finish (no test
+    metrics) is an error naming the file."""
+    paths: list[tuple[Path, Path]] = []
     for directory in map(Path, dirs):
         if not directory.is_dir():
             raise FileNotFoundError(f"--runs {directory}: no such folder")
-        paths += sorted(directory.rglob("summary.json"))
+        paths += [(path, directory) for path in sorted(directory.rglob("summary.json"))]
     if not paths:
         raise FileNotFoundError(
             f"no summary.json under {[str(d) for d in dirs]}; every training run writes one in "
             "its Hydra output folder (outputs/runs/<date>_<time>_<data>_<attention>/ or outputs/multiruns/<date>_<time>/<job>/)")
     records = []
-    for path in paths:
+    for path, root in paths:
         try:
             summary = json.loads(path.read_text())
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
+        if summary.get("debug") and not include_debug:
+            continue
         if summary_matches(summary, filters):
-            records.append(record_from_summary(summary, str(path)))
+            records.append(record_from_summary(summary, str(path), _folder_sweep(path, root)))
     return records
 
 
@@ -149,12 +170,16 @@ def record_from_wandb_run(run: Any) -> RunRecord:
     return RunRecord(
         task=str(task), attention=str(attention), seed=int(seed),
         **{field: _metric(summary, name, where) for name, field in METRICS.items()},
-        source="/".join(run.path),
+        source="/".join(run.path), sweep=str(config.get("sweep") or "runs"),
+        debug=bool(config.get("debug")) or run.group == "debug",
     )
 
 
-def load_wandb_runs(project: str, filters: Mapping[str, Any]) -> list[RunRecord]:
-    """Finished runs of ``project`` ("entity/project") that match ``filters``, via wandb.Api()."""
+def load_wandb_runs(
+    project: str, filters: Mapping[str, Any], include_debug: bool = False
+) -> list[RunRecord]:
+    """Finished runs of ``project`` ("entity/project") that match ``filters``, via wandb.Api();
+    debug runs only with ``include_debug``."""
     import wandb
 
     if project.count("/") != 1:
@@ -166,18 +191,36 @@ def load_wandb_runs(project: str, filters: Mapping[str, Any]) -> list[RunRecord]
                          "WANDB_API_KEY; offline runs: `wandb sync <run dir>` first, or use "
                          "--runs on the local output folders)") from error
     records = [record_from_wandb_run(run) for run in runs]
+    records = [r for r in records if include_debug or not r.debug]
     if not records:
         raise ValueError(f"no finished W&B run in {project} matches {wandb_filters(filters)}")
     return records
 
 
-def check_unique(records: list[RunRecord]) -> None:
-    """Refuse two runs with the same task, attention and seed: they would count as two seeds."""
-    seen: dict[tuple[str, str, int], str] = {}
-    for record in records:
-        key = (record.task, record.attention, record.seed)
-        if key in seen:
-            raise ValueError(
-                f"two runs of task={key[0]} attention={key[1]} seed={key[2]}: {seen[key]} and "
-                f"{record.source}; keep one (remove a folder, or select with --filter)")
-        seen[key] = record.source
+def drop_reruns(records: list[RunRecord]) -> tuple[list[RunRecord], list[str]]:
+    """Within one sweep, two runs of one task, attention and seed are a rerun of the same
+    setting (e.g. `python train.py` twice): the last one found is kept, since runs are found
+    in folder order and run folders are named by start time. Returns (kept, notes)."""
+    kept: dict[tuple[str, str, str, int], RunRecord] = {}
+    notes = []
+    for record in sorted(records, key=lambda r: r.source):
+        key = (record.sweep, record.task, record.attention, record.seed)
+        if key in kept:
+            notes.append(f"{key[1]}/{key[2]}/seed {key[3]} in '{key[0]}' ran twice: using "
+                         f"{record.source}, not {kept[key].source}")
+        kept[key] = record
+    return list(kept.values()), notes
+
+
+def select_sweeps(records: list[RunRecord], chosen: Iterable[str]) -> list[RunRecord]:
+    """The records of the chosen sweeps (each matched exactly or as the start of a label), or
+    all of them when none is chosen."""
+    chosen = list(chosen)
+    if not chosen:
+        return records
+    labels = sorted({r.sweep for r in records})
+    picked = {label for label in labels for want in chosen if label.startswith(want)}
+    unmatched = [want for want in chosen if not any(label.startswith(want) for label in labels)]
+    if unmatched:
+        raise ValueError(f"--sweep {unmatched[0]!r} matches none of: {', '.join(labels)}")
+    return [r for r in records if r.sweep in picked]

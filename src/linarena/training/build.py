@@ -9,8 +9,8 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
-from lightning.pytorch.loggers import Logger, WandbLogger
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from lightning.pytorch.callbacks import ModelSummary, ProgressBar
+from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
@@ -26,7 +26,7 @@ from linarena.training.errors import ConfigError
 from linarena.training.module import ClassificationModule
 from linarena.training.perf import PerfMonitor
 from linarena.training.signals import SaveOnSignal
-from linarena.training.wandb_run import build_wandb_logger, define_metrics
+from linarena.training.summary import run_names
 
 
 @dataclass
@@ -37,18 +37,11 @@ class Components:
     module: ClassificationModule
     trainer: Trainer
     perf: PerfMonitor
-    wandb_logger: WandbLogger | None
     task: str
     attention: str
     precision: str
     ckpt_path: str | None
     signals: SaveOnSignal
-
-
-def attention_name(attention: DictConfig) -> str:
-    """'performer' for linarena.attention.PerformerAttention, and so on."""
-    class_name = str(attention._target_).rsplit(".", 1)[-1]
-    return class_name.removesuffix("Attention").lower() or class_name
 
 
 def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
@@ -61,27 +54,13 @@ def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
         raise ConfigError(f"Could not build `{group}` ({node.get('_target_')}): {cause}") from err
 
 
-def build_loggers(
-    cfg: DictConfig, output_dir: Path, task: str, attention: str
-) -> tuple[list[Logger], WandbLogger | None]:
-    """Loggers of the `logger` group; the W&B one gets group/name/tags/id filled in."""
-    loggers: list[Logger] = []
-    wandb_logger = None
-    for key, node in (cfg.get("logger") or {}).items():
-        if str(node.get("_target_", "")).endswith("WandbLogger"):
-            wandb_logger = build_wandb_logger(
-                node,
-                output_dir,
-                group=task,
-                name=f"{attention}-s{cfg.seed}",
-                tags=[*cfg.get("tags", []), task, attention],
-                job_type=attention,
-                is_rank_zero=rank_zero_only.rank == 0,
-            )
-            loggers.append(wandb_logger)
-        else:
-            loggers.append(instantiate_group(node, f"logger.{key}"))
-    return loggers, wandb_logger
+def build_loggers(cfg: DictConfig) -> list[Logger]:
+    """The loggers of the `logger` group, each built from its YAML file (conf/logger/)."""
+    return [
+        instantiate_group(node, f"logger.{key}")
+        for key, node in (cfg.get("logger") or {}).items()
+        if node is not None
+    ]
 
 
 def build_components(
@@ -95,7 +74,8 @@ def build_components(
 
     datamodule = instantiate_group(cfg.data, "data")
     check_task(cfg, datamodule.task)
-    attention = attention_name(cfg.attention)
+    # The Hydra choices (config.yaml): two presets of one attention class stay apart.
+    task, attention = str(cfg.task_name), str(cfg.attention_name)
     model = instantiate_group(
         cfg.model,
         "model",
@@ -109,7 +89,7 @@ def build_components(
         model, optim, datamodule.num_classes, datamodule.task, attention_name=attention
     )
 
-    loggers, wandb_logger = build_loggers(cfg, output_dir, datamodule.name, attention)
+    loggers = build_loggers(cfg)
     perf = PerfMonitor()
     # Always on: no checkpoint with NaN/inf state is written; SIGTERM/SIGINT save one.
     guard = FiniteCheckpointGuard(attention)
@@ -119,6 +99,11 @@ def build_components(
         for key, node in (cfg.get("callbacks") or {}).items()
         if node is not None
     ]
+    # The trainer refuses a progress bar or model summary callback it was told to turn off.
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if not cfg.trainer.get("enable_model_summary", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     precision = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
     strategy = str(cfg.trainer.get("strategy", "auto"))
     # Sharded strategies (fsdp, deepspeed) bring their own checkpoint writers.
@@ -132,20 +117,19 @@ def build_components(
         plugins=plugins,
     )
     for logger in loggers:
-        logger.log_hyperparams(logged_config(cfg, datamodule.name, attention, precision))
-    if wandb_logger is not None:
-        define_metrics(wandb_logger.experiment)
+        logger.log_hyperparams(logged_config(cfg, task, attention, precision))
     return Components(
-        datamodule, module, trainer, perf, wandb_logger, datamodule.name, attention, precision,
-        ckpt_path, signals,
+        datamodule, module, trainer, perf, task, attention, precision, ckpt_path, signals
     )
 
 
 def logged_config(cfg: DictConfig, task: str, attention: str, precision: str) -> dict[str, Any]:
     """The resolved config as loggers get it, with `task` and `attention` names at the top level
-    (what runs are grouped and filtered by); the attention group's settings move to
+    and `seed`, `debug`, `sweep` (what runs are grouped and filtered by, scripts/compare.py
+    --wandb reads them); the
+    attention group's settings move to
     `attention_config`, and trainer.precision is the one actually used."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["attention_config"] = resolved.pop("attention")
     resolved["trainer"]["precision"] = precision
-    return {"task": task, "attention": attention, **resolved}
+    return {**resolved, **run_names(cfg), "task": task, "attention": attention}

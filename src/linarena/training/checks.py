@@ -25,6 +25,11 @@ INJECTED = {
 # (spawn/fork) rather than by re-running the script.
 SPAWNING_STRATEGIES = ("spawn", "fork", "notebook")
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+# Launchers whose jobs do not get their DDP ranks started for them: the basic one, and
+# submitit's local executor (it starts tasks_per_node processes but sets no SLURM_* variables,
+# so Lightning cannot see them as ranks and re-runs submitit's own entry script instead).
+NON_RANK_LAUNCHERS = (BASIC_LAUNCHER,
+                      "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
 
 
 def target_of(node: DictConfig, group: str) -> Callable[..., Any]:
@@ -187,7 +192,7 @@ def count_devices(devices: Any, accelerator: str) -> int:
 def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str | None) -> None:
     """Under Hydra multirun with the basic launcher, DDP's subprocess launcher re-runs the script
     with the sweep arguments (hangs or repeated sweeps): refuse it with the ways out."""
-    if not multirun or launcher_target != BASIC_LAUNCHER:
+    if not multirun or launcher_target not in NON_RANK_LAUNCHERS:
         return
     accelerator = str(trainer.get("accelerator", "auto"))
     processes = count_devices(trainer.get("devices", 1), accelerator) * int(
@@ -197,8 +202,9 @@ def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str |
     if processes > 1 and not any(word in strategy for word in SPAWNING_STRATEGIES):
         raise ConfigError(
             f"trainer.strategy={strategy} with {processes} processes cannot run under a Hydra "
-            "multirun (-m) with the default launcher: each DDP rank would re-run the script "
-            "with the sweep's arguments. Use hydra/launcher=slurm (SLURM starts the ranks), or "
+            f"multirun (-m) with the launcher {launcher_target.rsplit('.', 1)[-1]}: it does not "
+            "start DDP ranks, and Lightning would re-run the script with the sweep's arguments. "
+            "Use hydra/launcher=slurm (SLURM starts the ranks), or "
             "trainer.strategy=ddp_spawn, or run the jobs one at a time without -m."
         )
 

@@ -1,5 +1,5 @@
 """Throughput and memory measurement: samples/s and real tokens/s of the training steps, peak
-memory, parameter count."""
+memory, parameter count; under DDP the final throughput counts every rank."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from torch.distributed import ReduceOp
 
 from linarena.system import peak_rss_mb
 
@@ -38,6 +39,9 @@ class PerfMonitor(Callback):
         self._tokens = 0
         self._first: tuple[float, int, int] | None = None
         self._device = torch.device("cpu")
+        self.world_size = 1
+        self._global: dict[str, float] | None = None
+        self._peak_at_end: float | None = None
 
     def _sync(self, pl_module: LightningModule) -> None:
         if pl_module.device.type == "cuda":
@@ -78,16 +82,48 @@ class PerfMonitor(Callback):
         self._samples += samples
         self._tokens += tokens
         for name, value in self.averages().items():
-            pl_module.log(name, value, on_step=True, on_epoch=False)
+            pl_module.log(name, value, on_step=True, on_epoch=False,
+                          prog_bar=name == "perf/tokens_per_sec")
+
+    def _totals(self) -> tuple[float, int, int]:
+        if self._seconds == 0.0 and self._first is not None:
+            # Fewer batches than skip_batches + 1: the warm-up batch is all there is.
+            return self._first
+        return self._seconds, self._samples, self._tokens
 
     def averages(self) -> dict[str, float]:
-        """Running perf/samples_per_sec, perf/tokens_per_sec and perf/peak_memory_mb."""
-        seconds, samples, tokens = self._seconds, self._samples, self._tokens
-        if seconds == 0.0 and self._first is not None:
-            # Fewer batches than skip_batches + 1: the warm-up batch is all there is.
-            seconds, samples, tokens = self._first
+        """Running perf/samples_per_sec, perf/tokens_per_sec and perf/peak_memory_mb of this
+        process (one DDP rank)."""
+        seconds, samples, tokens = self._totals()
         return {
             "perf/samples_per_sec": samples / seconds if seconds > 0 else 0.0,
             "perf/tokens_per_sec": tokens / seconds if seconds > 0 else 0.0,
             "perf/peak_memory_mb": peak_memory_mb(self._device),
         }
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Gathers every rank's totals (every rank gets here): the global throughput is all
+        ranks' samples and tokens over the slowest rank's time."""
+        self.world_size = trainer.world_size
+        self._peak_at_end = peak_memory_mb(self._device)  # of training, not of the test after it
+        if trainer.world_size == 1:
+            return
+        seconds, samples, tokens = self._totals()
+        device = pl_module.device
+        counts = trainer.strategy.reduce(
+            torch.tensor([samples, tokens], dtype=torch.float64, device=device), reduce_op="sum")
+        slowest = float(trainer.strategy.reduce(
+            torch.tensor(seconds, dtype=torch.float64, device=device), reduce_op=ReduceOp.MAX))
+        self._global = {
+            "perf/samples_per_sec": float(counts[0]) / slowest if slowest else 0.0,
+            "perf/tokens_per_sec": float(counts[1]) / slowest if slowest else 0.0,
+        }
+
+    def final_metrics(self) -> dict[str, float]:
+        """The run's throughput for summary.json and the W&B summary: over all DDP ranks
+        (samples/s, tokens/s), peak memory of this process's device during training, parameter
+        count."""
+        final = {**self.averages(), **(self._global or {}), "model/params": float(self.num_params)}
+        if self._peak_at_end is not None:
+            final["perf/peak_memory_mb"] = self._peak_at_end
+        return final

@@ -9,6 +9,7 @@ they stay untouched. Overrides given on resume may change only what can change m
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ MUTABLE = (
     "data.num_workers",
 )
 _ABSENT = "<absent>"
+_CHOICE = re.compile(r"\$\{hydra:runtime\.choices\.([\w/]+)\}")
 
 
 @dataclass
@@ -126,6 +128,24 @@ def config_changes(
     }, after
 
 
+def _pin_choices(restored: DictConfig, output_dir: Path) -> DictConfig:
+    """The saved config with `${hydra:runtime.choices.<group>}` replaced by the run's own
+    choices (from its `.hydra/hydra.yaml`): resolved in the resumed job, they would read that
+    job's choices, the defaults, and file the run under another task or attention name."""
+    choices = OmegaConf.load(output_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
+
+    def pin(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {key: pin(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [pin(value) for value in node]
+        if isinstance(node, str):
+            return _CHOICE.sub(lambda match: str(choices[match.group(1)]), node)
+        return node
+
+    return OmegaConf.create(pin(OmegaConf.to_container(restored, resolve=False)))
+
+
 def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, Resume | None]:
     """The config to resume with (the run's saved config plus the allowed changes), or `cfg`
     itself for a fresh run or a checkpoint from elsewhere with no saved config here."""
@@ -150,7 +170,7 @@ def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, R
             f"resumed run keeps its model, data and attention; only {', '.join(MUTABLE)} may "
             "change. Drop those overrides, or start a new run in a new folder."
         )
-    restored = OmegaConf.load(saved)
+    restored = _pin_choices(OmegaConf.load(saved), output_dir)
     for prefix in dict.fromkeys(_mutable_prefix(key) for key in changes):
         OmegaConf.update(restored, prefix, OmegaConf.select(after, prefix), merge=False)
     resume = Resume(

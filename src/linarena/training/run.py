@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import wandb
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch import Trainer
@@ -22,8 +21,16 @@ from linarena.training.resume import (
     finished,
     restore_run_config,
 )
-from linarena.training.summary import SUMMARY_FILE, read_summary, summary_metrics, write_summary
-from linarena.training.wandb_run import location_message, log_comparison_row, run_info
+from linarena.training.summary import (
+    SUMMARY_FILE,
+    read_summary,
+    results_line,
+    run_names,
+    summary_metrics,
+    write_summary,
+)
+from linarena.training.wandb_run import location_message
+from linarena.training.wandb_summary import wandb_info
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +71,8 @@ def build_summary(
     cfg: DictConfig, parts: Components, metrics: dict[str, Any], output_dir: Path, seconds: float
 ) -> dict[str, Any]:
     """The summary.json content (schema in the project docs)."""
-    wandb_info = None
-    if parts.wandb_logger is not None and wandb.run is not None:
-        wandb_info = run_info(wandb.run)
     return {
-        "task": parts.task,
-        "attention": parts.attention,
-        "seed": cfg.seed,
+        **run_names(cfg),
         "hparams": {
             "d_model": cfg.model.d_model,
             "num_heads": cfg.model.num_heads,
@@ -88,9 +90,10 @@ def build_summary(
             "num_features": cfg.attention.get("num_features"),
         },
         "metrics": summary_metrics(metrics),
-        "wandb": wandb_info,
+        "wandb": wandb_info(parts.trainer),
         "output_dir": str(output_dir),
         "device": parts.module.device.type,
+        "world_size": parts.perf.world_size,
         "global_step": parts.trainer.global_step,
         "duration_s": round(seconds, 1),
     }
@@ -117,7 +120,6 @@ def train(cfg: DictConfig) -> float:
         check_checkpoint_fits(Path(parts.ckpt_path), parts.module)
     trainer = parts.trainer
     history = append_history(output_dir, resume) if resume is not None else []
-    exit_code = 1
     try:
         trainer.fit(
             parts.module, datamodule=parts.datamodule, ckpt_path=parts.ckpt_path, weights_only=True
@@ -128,46 +130,29 @@ def train(cfg: DictConfig) -> float:
         tested = trainer.test(
             parts.module, datamodule=parts.datamodule, ckpt_path=tested_ckpt, weights_only=True
         )
-        metrics = {
-            "test/acc": tested[0].get("test/acc"),
-            "test/loss": tested[0].get("test/loss"),
-            "val/acc_best": best_val,
-            **parts.perf.averages(),
-            "model/params": parts.perf.num_params,
-        }
-        summary = build_summary(cfg, parts, metrics, output_dir, time.monotonic() - started)
-        summary["tested_checkpoint"] = "last" if tested_ckpt is None else "best"
-        summary["resumes"] = history
-        if trainer.is_global_zero:
-            if parts.wandb_logger is not None and wandb.run is not None:
-                known = {k: v for k, v in summary["metrics"].items() if v is not None}
-                wandb.run.summary.update(known)
-                log_comparison_row(wandb.run, summary)
-            write_summary(output_dir, summary)
-        exit_code = 0
     except SIGTERMException:  # SIGTERM or SIGINT, while training or testing (signals.py)
         raise parts.signals.stopped(trainer, output_dir) from None
-    finally:
-        # Each job of a multirun is its own W&B run.
-        if parts.wandb_logger is not None and wandb.run is not None:
-            wandb.finish(exit_code=exit_code)
+    metrics = {
+        "test/acc": tested[0].get("test/acc"),
+        "test/loss": tested[0].get("test/loss"),
+        "val/acc_best": best_val,
+        **parts.perf.final_metrics(),
+    }
+    summary = build_summary(cfg, parts, metrics, output_dir, time.monotonic() - started)
+    summary["tested_checkpoint"] = "last" if tested_ckpt is None else "best"
+    summary["resumes"] = history
     if trainer.is_global_zero:
+        write_summary(output_dir, summary)
         print_locations(summary, output_dir)
     return best_val
 
 
 def print_locations(summary: dict[str, Any], output_dir: Path) -> None:
     """The last lines of a run: where the results, checkpoints and W&B run are."""
-    metrics = summary["metrics"]
-    print(
-        f"\nResults: {output_dir / SUMMARY_FILE} (test/acc={_fmt(metrics['test/acc'])}, "
-        f"val/acc_best={_fmt(metrics['val/acc_best'])}, {summary['duration_s']} s)"
-    )
+    print(f"\nResults: {results_line(summary)}\n  in {output_dir / SUMMARY_FILE}")
     if (output_dir / "checkpoints").is_dir():
         print(f"Checkpoints: {output_dir / 'checkpoints'}")
     if summary["wandb"] is not None:
         print(location_message(summary["wandb"]))
 
 
-def _fmt(value: Any) -> str:
-    return "n/a" if value is None else f"{float(value):.4f}"

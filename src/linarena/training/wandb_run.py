@@ -1,39 +1,37 @@
-"""Weights & Biases: online when credentials exist, offline otherwise; one run per job, resumable
-from its output folder."""
+"""Weights & Biases: the logger factory that conf/logger/wandb.yaml names. Online when credentials
+exist and the server answers, offline otherwise; one W&B run per training, continued on resume.
+
+The summaries, the comparison row and wandb.finish are in :mod:`linarena.training.wandb_summary`.
+"""
 
 from __future__ import annotations
 
+import difflib
+import inspect
+import logging
 import netrc
 import os
 import secrets
 import string
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import requests
 import wandb
-from hydra.utils import instantiate
+from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import WandbLogger
-from omegaconf import DictConfig
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from linarena.files import write_text_atomic
+from linarena.training.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "wandb_run_id.txt"
-STEP_METRIC = "trainer/global_step"
-# How each metric is summarised in the runs table. "last" keeps a plain number in the summary
-# (what scripts/compare.py reads); running averages, peaks and val/acc_best are already final in
-# their last value. min/max summaries are stored as {"min": ...} / {"max": ...}.
-METRIC_SUMMARIES = {
-    "train/loss": "min",
-    "val/loss": "min",
-    "val/acc": "max",
-    "val/acc_best": "last",
-    "test/acc": "last",
-    "test/loss": "last",
-    "perf/samples_per_sec": "last",
-    "perf/tokens_per_sec": "last",
-    "perf/peak_memory_mb": "last",
-}
+# Seconds to wait for the W&B server before logging offline (wandb.init would wait 90 s, then fail).
+PROBE_TIMEOUT_S = 5.0
 
 
 def has_credentials() -> bool:
@@ -42,13 +40,16 @@ def has_credentials() -> bool:
     network."""
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
-    base_url = os.environ.get("WANDB_BASE_URL") or wandb.Settings().base_url
-    host = urlsplit(base_url).hostname
+    host = urlsplit(base_url()).hostname
     path = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     try:
         return netrc.netrc(str(path)).authenticators(host or "") is not None
     except (OSError, netrc.NetrcParseError):
         return False
+
+
+def base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL") or wandb.Settings().base_url
 
 
 def choose_mode() -> str:
@@ -60,59 +61,106 @@ def choose_mode() -> str:
     return "online" if has_credentials() else "offline"
 
 
-def read_or_create_run_id(output_dir: Path, write: bool) -> str:
-    """The W&B run id stored in the output folder, so a resumed run continues the same W&B run."""
+def server_unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the W&B server at `url` answers an HTTP request within `timeout` seconds (any
+    status: it is up), else the reason it does not (proxies are honoured, as wandb does)."""
+    try:
+        requests.head(url, timeout=timeout, allow_redirects=False)
+    except requests.RequestException as err:
+        return type(err).__name__
+    return None
+
+
+def run_id(output_dir: Path, resuming: bool, write: bool) -> str:
+    """The W&B run id of this training. A resumed run (ckpt_path set, same folder) continues the
+    id stored in the folder; a new training gets a new id, even in a folder that held a run, so
+    two trainings never share one W&B run."""
     path = output_dir / RUN_ID_FILE
-    if path.is_file():
+    if resuming and path.is_file():
         return path.read_text().strip()
     alphabet = string.ascii_lowercase + string.digits
-    run_id = "".join(secrets.choice(alphabet) for _ in range(8))
+    new_id = "".join(secrets.choice(alphabet) for _ in range(8))
     if write:
-        write_text_atomic(path, run_id + "\n")
-    return run_id
+        write_text_atomic(path, new_id + "\n")
+    return new_id
 
 
-def build_wandb_logger(
-    node: DictConfig,
-    output_dir: Path,
-    group: str,
-    name: str,
-    tags: list[str],
-    job_type: str,
-    is_rank_zero: bool,
+def check_wandb_keys(keys: Iterable[str]) -> None:
+    """Every key must be a WandbLogger or wandb.init argument (the logger passes unknown ones
+    on to wandb.init, which would fail later with a TypeError)."""
+    valid = set(inspect.signature(WandbLogger.__init__).parameters)
+    valid |= set(inspect.signature(wandb.init).parameters)
+    valid -= {"self", "kwargs"}
+    unknown = sorted(set(keys) - valid - {"_target_"})
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(valid), n=1)
+            hints.append(f"logger.wandb.{key}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise ConfigError(f"Unknown W&B logger key(s): {'; '.join(hints)}. Valid keys are the "
+                          f"arguments of WandbLogger and wandb.init: {', '.join(sorted(valid))}.")
+
+
+class StepWandbLogger(WandbLogger):
+    """WandbLogger that logs at W&B step = trainer.global_step, so that W&B's own step axis is
+    the training step and a resumed run continues it: the steps a resumed process trains again
+    (those after its checkpoint that the interrupted process had already logged) are skipped
+    instead of being logged twice."""
+
+    _first_new_step: int | None = None
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+        if step is None:
+            super().log_metrics(metrics, step)
+            return
+        if self._first_new_step is None:
+            # The step of the run's next row: 0 for a new run, past the last logged step for a
+            # resumed one (asked once: it is a round trip to the wandb service).
+            self._first_new_step = int(self.experiment.step)
+        if step < self._first_new_step:
+            return
+        metrics = _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
+        self.experiment.log({**metrics, STEP_KEY: step}, step=step)
+
+
+STEP_KEY = "trainer/global_step"
+
+
+def wandb_logger(
+    save_dir: str,
+    ckpt_path: str | None = None,
+    tags: Iterable[str] = (),
+    extra_tags: Iterable[str] = (),
+    **kwargs: Any,
 ) -> WandbLogger:
-    """WandbLogger from its config; group/name/job_type are filled in where the config leaves
-    them null. The mode is passed to wandb.init rather than as `offline=`, which would set
-    WANDB_MODE for the whole process (and for every later job of a multirun)."""
-    overrides: dict[str, Any] = {
-        "id": read_or_create_run_id(output_dir, write=is_rank_zero),
-        "resume": "allow",
-        "mode": choose_mode(),
-        "tags": sorted({*node.get("tags", []), *tags}),
-    }
-    for key, value in (("group", group), ("name", name), ("job_type", job_type)):
-        if node.get(key) is None:
-            overrides[key] = value
-    return instantiate(node, **overrides)
-
-
-def define_metrics(run: Any) -> None:
-    """Summaries that make sense in the runs table (best val accuracy, last test accuracy)."""
-    for metric, summary in METRIC_SUMMARIES.items():
-        run.define_metric(metric, step_metric=STEP_METRIC, summary=summary)
-
-
-COMPARISON_KEY = "comparison"
-COMPARISON_COLUMNS = ("task", "attention", "seed", "test/acc", "val/acc_best",
-                      "perf/tokens_per_sec", "perf/peak_memory_mb", "model/params")
-
-
-def log_comparison_row(run: Any, summary: dict[str, Any]) -> None:
-    """Log this run's one-row table under "comparison". A table panel on that key in a W&B
-    workspace merges the rows of every run shown: task x attention x seed side by side."""
-    row = [summary["task"], summary["attention"], summary["seed"]]
-    row += [summary["metrics"].get(key) for key in COMPARISON_COLUMNS[3:]]
-    run.log({COMPARISON_KEY: wandb.Table(columns=list(COMPARISON_COLUMNS), data=[row])})
+    """The WandbLogger conf/logger/wandb.yaml builds (its other keys are WandbLogger and
+    wandb.init arguments). `ckpt_path` is the run's ckpt_path (a resume keeps the W&B run id);
+    `tags` the user's, `extra_tags` the run's names. The mode is passed to wandb.init rather than
+    as `offline=`, which would set WANDB_MODE for the whole process (and every later job of a
+    multirun)."""
+    check_wandb_keys([*kwargs, "save_dir", "tags"])
+    if wandb.run is not None:  # left over by a job of this process that failed before finishing
+        wandb.finish(exit_code=1)
+    output_dir = Path(save_dir)
+    mode = kwargs.pop("mode", None) or choose_mode()
+    if mode == "online" and rank_zero_only.rank == 0:
+        url = base_url()
+        reason = server_unreachable(url)
+        if reason is not None:
+            log.warning("W&B server %s unreachable (%s): logging offline; upload later with "
+                        "`wandb sync %s/wandb/offline-run-*`", url, reason, output_dir)
+            mode = "offline"
+    kwargs.setdefault("id", run_id(output_dir, ckpt_path is not None,
+                                   write=rank_zero_only.rank == 0))
+    # The end-of-run history and summary wandb prints are 30-odd lines; train.py prints where
+    # the run is instead.
+    kwargs.setdefault("settings", wandb.Settings(quiet=True))
+    logger = StepWandbLogger(save_dir=str(output_dir), mode=mode, resume="allow",
+                             tags=sorted({*tags, *extra_tags}), **kwargs)
+    # WandbLogger always passes `anonymous`, which wandb deprecated and warns about at each run.
+    logger._wandb_init.pop("anonymous", None)
+    return logger
 
 
 def run_info(run: Any) -> dict[str, Any]:

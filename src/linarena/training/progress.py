@@ -1,0 +1,131 @@
+"""What a run prints while it trains: a progress bar over the optimizer steps in a terminal, a
+plain log line every so often otherwise (Slurm, nohup, pipes), and a model summary without the
+FLOPs column Lightning fills with zeros."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelSummary, TQDMProgressBar
+
+log = logging.getLogger(__name__)
+
+# Progress-bar metric -> (short name, format); the metrics are logged with prog_bar=True.
+SHOWN = {
+    "train/loss": ("loss", ".3f"),
+    "val/acc": ("val_acc", ".3f"),
+    "val/acc_best": ("best", ".3f"),
+    "perf/tokens_per_sec": ("tok/s", ",.0f"),
+}
+
+
+def shown_metrics(trainer: Trainer) -> dict[str, str]:
+    """The progress-bar metrics under their short names, formatted."""
+    metrics = trainer.progress_bar_metrics
+    return {short: format(float(metrics[key]), spec)
+            for key, (short, spec) in SHOWN.items() if key in metrics}
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+class StepProgress(TQDMProgressBar):
+    """Progress in optimizer steps (trainer.max_steps), not epochs: in a terminal a bar
+    ``train 120/600 [..., loss=1.23, val_acc=0.31, best=0.33, tok/s=12,345]``; when stdout is not
+    a terminal, no bar but a log line every `log_interval_s` seconds and at the end.
+
+    Args:
+        log_interval_s: seconds between plain log lines when stdout is not a terminal.
+        refresh_rate: steps between bar updates in a terminal.
+    """
+
+    def __init__(self, log_interval_s: float = 30.0, refresh_rate: int = 1) -> None:
+        super().__init__(refresh_rate=refresh_rate)
+        self.log_interval_s = log_interval_s
+        self.plain = not sys.stdout.isatty()
+        self._started = 0.0
+        self._last_line = 0.0
+        self._first_step = 0
+        if self.plain:
+            self.disable()
+
+    def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, str]:
+        """What every bar update shows (also after validation): see SHOWN."""
+        return shown_metrics(trainer)
+
+    def total_steps(self, trainer: Trainer) -> int | None:
+        return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._started = self._last_line = time.monotonic()
+        self._first_step = trainer.global_step
+        if self.plain:
+            log.info("Training %s steps (a progress line every %.0f s)",
+                     self.total_steps(trainer) or "?", self.log_interval_s)
+            return
+        super().on_train_start(trainer, pl_module)
+
+    def on_train_epoch_start(self, trainer: Trainer, *_: Any) -> None:
+        if self.plain:
+            return
+        bar = self.train_progress_bar
+        bar.reset(total=self.total_steps(trainer))
+        bar.initial = 0
+        bar.n = trainer.global_step  # a resumed run starts where it stopped
+        bar.set_description("train")
+        bar.refresh()
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if self.plain:
+            if time.monotonic() - self._last_line >= self.log_interval_s:
+                self.log_line(trainer)
+            return
+        bar = self.train_progress_bar
+        if bar is not None and self._should_update(step, bar.total or 0):
+            bar.n = step
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+            bar.refresh()
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self.plain:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.plain:
+            self.log_line(trainer)
+            return
+        super().on_train_end(trainer, pl_module)
+
+    def log_line(self, trainer: Trainer) -> None:
+        """``step 120/600 (20%), loss 1.23, ..., 1:02 elapsed, ~4:08 left``."""
+        now = time.monotonic()
+        self._last_line = now
+        step, total = trainer.global_step, self.total_steps(trainer)
+        elapsed = now - self._started
+        parts = [f"step {step}/{total or '?'}" + (f" ({100 * step / total:.0f}%)" if total else "")]
+        parts += [f"{name} {value}" for name, value in shown_metrics(trainer).items()]
+        parts.append(f"{_duration(elapsed)} elapsed")
+        done = step - self._first_step  # steps of this process (a resumed run started later)
+        if total and done > 0 and step < total:
+            parts.append(f"~{_duration(elapsed / done * (total - step))} left")
+        log.info(", ".join(parts))
+
+
+class CompactModelSummary(ModelSummary):
+    """Lightning's model summary without the FLOPs column when it is all zeros (it is, unless
+    the model sets example_input_array)."""
+
+    @staticmethod
+    def summarize(summary_data: list[tuple[str, list[str]]], *args: Any, **kwargs: Any) -> None:
+        kept = [(name, column) for name, column in summary_data
+                if not (name == "FLOPs" and all(value in ("0", "n/a") for value in column))]
+        ModelSummary.summarize(kept, *args, **kwargs)
