@@ -14,8 +14,6 @@ from training_helpers import REPO, compose_config
 from linarena.analysis import dashboard
 from linarena.training import train
 
-pytest.importorskip("wandb_workspaces")
-
 
 @pytest.fixture
 def logged_by_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
