@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def _masks(mask: Tensor | None, batch: int, length: int, causal: bool) -> Tensor:
+def allowed_pairs(mask: Tensor | None, batch: int, length: int, causal: bool) -> Tensor:
     """(batch, 1, length, length) bool: may query i use key j."""
     allowed = torch.ones(batch, 1, length, length, dtype=torch.bool)
     if mask is not None:
@@ -25,7 +25,7 @@ def _masks(mask: Tensor | None, batch: int, length: int, causal: bool) -> Tensor
 def softmax_reference(q, k, v, mask=None, causal=False) -> Tensor:
     q, k, v = q.double(), k.double(), v.double()
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~_masks(mask, q.shape[0], q.shape[2], causal), -math.inf)
+    scores = scores.masked_fill(~allowed_pairs(mask, q.shape[0], q.shape[2], causal), -math.inf)
     return torch.softmax(scores, dim=-1) @ v
 
 
@@ -37,7 +37,7 @@ def _kernel_attention(weights: Tensor, v: Tensor, allowed: Tensor, eps: float) -
 def elu_reference(q, k, v, mask=None, causal=False, eps=1e-6) -> Tensor:
     q, k, v = q.double(), k.double(), v.double()
     weights = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-1, -2)
-    return _kernel_attention(weights, v, _masks(mask, q.shape[0], q.shape[2], causal), eps)
+    return _kernel_attention(weights, v, allowed_pairs(mask, q.shape[0], q.shape[2], causal), eps)
 
 
 def performer_reference(q, k, v, projection, kernel="softmax", mask=None, causal=False) -> Tensor:
@@ -52,7 +52,7 @@ def performer_reference(q, k, v, projection, kernel="softmax", mask=None, causal
         return torch.exp(x @ w.t() - (x * x).sum(-1, keepdim=True) / 2) / math.sqrt(w.shape[0])
 
     weights = phi(q) @ phi(k).transpose(-1, -2)
-    return _kernel_attention(weights, v, _masks(mask, q.shape[0], q.shape[2], causal), 0.0)
+    return _kernel_attention(weights, v, allowed_pairs(mask, q.shape[0], q.shape[2], causal), 0.0)
 
 
 def cosformer_reference(q, k, v, mask=None, causal=False, max_length=None, eps=1e-6) -> Tensor:
@@ -68,4 +68,4 @@ def cosformer_reference(q, k, v, mask=None, causal=False, max_length=None, eps=1
     distance = i[:, None] - i[None, :]  # (length, length)
     reweight = torch.cos(math.pi / 2 * distance[None] / m[:, None, None])[:, None]
     weights = (F.relu(q) @ F.relu(k).transpose(-1, -2)) * reweight
-    return _kernel_attention(weights, v, _masks(mask, batch, length, causal), eps)
+    return _kernel_attention(weights, v, allowed_pairs(mask, batch, length, causal), eps)

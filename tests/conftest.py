@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+from attention_reference import allowed_pairs
 from torch import Tensor, nn
 
 from linarena.attention import LinearAttention
@@ -41,16 +42,6 @@ def inputs(batch=2, heads=3, length=37, dtype=torch.float64, seed=0, scale=1.0,
 def padding_mask(lengths: list[int], length: int) -> Tensor:
     """bool (batch, length), True for the first lengths[b] tokens (right padding)."""
     return torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]
-
-
-def allowed_pairs(mask: Tensor | None, batch: int, length: int, causal: bool) -> Tensor:
-    """(batch, 1, length, length) bool: may query i use key j."""
-    allowed = torch.ones(batch, 1, length, length, dtype=torch.bool)
-    if mask is not None:
-        allowed &= mask[:, None, None, :]
-    if causal:
-        allowed &= torch.ones(length, length, dtype=torch.bool).tril()
-    return allowed
 
 
 def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:

@@ -6,30 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra.utils import instantiate
-from training_helpers import CONF, compose_config, compose_with_hydra, config_names
-
-from linarena.training.checks import check_config, check_task
+from training_helpers import CONF, build_model, compose_config, compose_with_hydra, config_names
 
 ATTENTIONS = config_names("attention")
 DATA = config_names("data")
 EXPERIMENTS = config_names("experiment")
-
-
-def build_model(overrides: list[str]):
-    """Compose, check and build datamodule (constructor only: no data is read) and model."""
-    cfg = compose_config(overrides)
-    check_config(cfg)
-    datamodule = instantiate(cfg.data, data_dir="unused")
-    check_task(cfg, datamodule.task)
-    model = instantiate(
-        cfg.model,
-        vocab_size=datamodule.vocab_size,
-        num_classes=datamodule.num_classes,
-        head_kind=datamodule.task,
-        attention=instantiate(cfg.attention),
-    )
-    return cfg, datamodule, model
 
 
 def test_the_config_groups_hold_what_the_tests_below_cover() -> None:

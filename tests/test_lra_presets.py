@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import instantiate
 from lightning.pytorch import Trainer
-from training_helpers import compose_config
+from training_helpers import build_model, compose_config
 
 from linarena.training import train
-from linarena.training.checks import check_config, check_task
 from linarena.training.errors import ConfigError
 
 
@@ -52,20 +50,8 @@ OFFICIAL = {
 
 
 def build_preset(experiment: str, attention: str = "softmax", *overrides: str):
-    """Compose and check a preset, then build its datamodule (constructor only: no data is read)
-    and model, as build.py does."""
-    cfg = compose_config([f"experiment={experiment}", f"attention={attention}", *overrides])
-    check_config(cfg)
-    datamodule = instantiate(cfg.data, data_dir="unused")
-    check_task(cfg, datamodule.task)
-    model = instantiate(
-        cfg.model,
-        vocab_size=datamodule.vocab_size,
-        num_classes=datamodule.num_classes,
-        head_kind=datamodule.task,
-        attention=instantiate(cfg.attention),
-    )
-    return cfg, datamodule, model
+    """A preset's (cfg, datamodule, model), built from its config alone (no data is read)."""
+    return build_model([f"experiment={experiment}", f"attention={attention}", *overrides])
 
 
 def test_the_official_counts_are_the_published_sizes() -> None:

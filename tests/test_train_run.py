@@ -11,6 +11,7 @@ import pytest
 import torch
 import wandb
 import yaml
+from conftest import VARIANTS
 from hydra.core.hydra_config import HydraConfig
 from training_helpers import compose_config, run_train
 
@@ -50,7 +51,7 @@ def read_summary(output_dir: Path) -> dict:
     return json.loads((output_dir / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("attention", ["softmax", "elu", "performer", "cosformer"])
+@pytest.mark.parametrize("attention", VARIANTS)
 def test_smoke_run_trains_tests_and_writes_summary(
     attention: str, tmp_path: Path, data_dir: Path
 ) -> None:

@@ -11,8 +11,11 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
 from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import DictConfig, open_dict
+
+from linarena.training.checks import check_config, check_task
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -44,6 +47,23 @@ def compose_config(overrides: list[str], output_dir: Path | None = None) -> Dict
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg
+
+
+def build_model(overrides: list[str]):
+    """Compose and check a config, then build its datamodule (constructor only: no data is
+    read) and its model, as training/build.py does. Returns (cfg, datamodule, model)."""
+    cfg = compose_config(overrides)
+    check_config(cfg)
+    datamodule = instantiate(cfg.data, data_dir="unused")
+    check_task(cfg, datamodule.task)
+    model = instantiate(
+        cfg.model,
+        vocab_size=datamodule.vocab_size,
+        num_classes=datamodule.num_classes,
+        head_kind=datamodule.task,
+        attention=instantiate(cfg.attention),
+    )
+    return cfg, datamodule, model
 
 
 def train_env(

@@ -14,6 +14,7 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig
 
 from linarena.training.errors import ConfigError
+from linarena.training.resume import checkpoint_path
 
 # Filled in by the code from the datamodule or per layer, never set in the config.
 INJECTED = {
@@ -211,16 +212,4 @@ def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str |
 
 def resolve_ckpt_path(ckpt_path: str | None, output_dir: Path) -> str | None:
     """ckpt_path=last means <output_dir>/checkpoints/last.ckpt; any other path must exist."""
-    if ckpt_path is None:
-        return None
-    path = output_dir / "checkpoints" / "last.ckpt" if ckpt_path == "last" else Path(ckpt_path)
-    if not path.is_file():
-        how = (
-            "To resume a run, point hydra.run.dir at that run's output folder (the one holding "
-            "checkpoints/last.ckpt), e.g. `python train.py ckpt_path=last "
-            "hydra.run.dir=outputs/runs/<run folder>` with the run's other overrides."
-            if ckpt_path == "last"
-            else "Pass an existing .ckpt file, ckpt_path=last, or ckpt_path=null."
-        )
-        raise ConfigError(f"ckpt_path={ckpt_path}: no checkpoint at {path}. {how}")
-    return str(path)
+    return None if ckpt_path is None else str(checkpoint_path(str(ckpt_path), output_dir))
