@@ -31,7 +31,7 @@ def test_every_data_and_attention_config_builds_a_model(data: str, attention: st
 @pytest.mark.parametrize("attention", ATTENTIONS)
 def test_every_experiment_config_builds_a_model(experiment: str, attention: str) -> None:
     cfg, datamodule, model = build_model([f"experiment={experiment}", f"attention={attention}"])
-    assert model.head_kind == datamodule.task
+    assert model.head_kind == datamodule.head_kind
     assert cfg.model.d_model % cfg.model.num_heads == 0
 
 

@@ -13,7 +13,7 @@ from linarena.training import ConfigError
 from linarena.training.checks import (
     check_config,
     check_ddp_launch,
-    check_task,
+    check_head_kind,
     resolve_ckpt_path,
     resolve_precision,
 )
@@ -50,8 +50,8 @@ def test_causal_cosformer_without_max_length() -> None:
 def test_causal_with_cls_pooling() -> None:
     cfg = compose_config(["model.causal=true", "model.pooling=cls"])
     with pytest.raises(ConfigError, match=r"model\.pooling=mean"):
-        check_task(cfg, "sequence")
-    check_task(cfg, "token")
+        check_head_kind(cfg, "sequence")
+    check_head_kind(cfg, "token")
 
 
 def test_sequences_longer_than_the_model_accepts() -> None:

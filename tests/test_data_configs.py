@@ -63,7 +63,7 @@ def test_data_config_instantiates(tmp_path, name):
     assert cfg.data.data_dir == str(tmp_path) and cfg.model.max_length == max_length
     datamodule = hydra.utils.instantiate(cfg.data)
     assert isinstance(datamodule, cls)
-    assert (datamodule.name, datamodule.max_length, datamodule.task) == (
+    assert (datamodule.name, datamodule.max_length, datamodule.head_kind) == (
         task_name,
         max_length,
         task,

@@ -58,7 +58,7 @@ def test_encode_known_lines():
 def test_release_files_are_read(tmp_path):
     write_listops_release(tmp_path)
     dm = ListOpsDataModule(tmp_path, batch_size=2, num_train=5)  # sizes ignored for the release
-    assert (dm.vocab_size, dm.num_classes, dm.task, dm.name) == (
+    assert (dm.vocab_size, dm.num_classes, dm.head_kind, dm.name) == (
         VOCAB_SIZE,
         10,
         "sequence",

@@ -53,7 +53,7 @@ def test_mqar_module_batches_and_determinism(tmp_path):
         "num_test": 8,
     }
     dm = MQARDataModule(tmp_path, **kwargs)
-    assert (dm.task, dm.vocab_size, dm.num_classes, dm.max_length) == ("token", V, V, L)
+    assert (dm.head_kind, dm.vocab_size, dm.num_classes, dm.max_length) == ("token", V, V, L)
     dm.setup()
     batch = next(iter(dm.val_dataloader()))
     assert batch["tokens"].shape == batch["label"].shape == batch["mask"].shape == (8, L)

@@ -28,7 +28,7 @@ def all_items(dataset) -> list[tuple[list[int], int]]:
 def test_text_from_folder_tokens_labels_and_splits(tmp_path):
     write_imdb_folder(tmp_path)
     dm = TextDataModule(tmp_path, batch_size=8, max_length=16, download=False)
-    assert (dm.vocab_size, dm.num_classes, dm.max_length, dm.task) == (257, 2, 16, "sequence")
+    assert (dm.vocab_size, dm.num_classes, dm.max_length, dm.head_kind) == (257, 2, 16, "sequence")
     dm.setup()
     train = all_items(dm.datasets["train"])
     # Path order: neg before pos, then file name.
@@ -77,7 +77,7 @@ def test_text_corrupt_archive_is_named(tmp_path):
 def test_retrieval_pairs_tokens_truncation(tmp_path):
     write_aan_release(tmp_path)
     dm = RetrievalDataModule(tmp_path, batch_size=2, max_length=20)
-    assert (dm.task, dm.vocab_size, dm.num_classes, dm.max_length) == ("pair", 257, 2, 20)
+    assert (dm.head_kind, dm.vocab_size, dm.num_classes, dm.max_length) == ("pair", 257, 2, 20)
     dm.setup()
     assert {split: len(ds) for split, ds in dm.datasets.items()} == {
         "train": 2,

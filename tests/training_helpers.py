@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import DictConfig, open_dict
 
-from linarena.training.checks import check_config, check_task
+from linarena.training.checks import check_config, check_head_kind
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -55,12 +55,12 @@ def build_model(overrides: list[str]):
     cfg = compose_config(overrides)
     check_config(cfg)
     datamodule = instantiate(cfg.data, data_dir="unused")
-    check_task(cfg, datamodule.task)
+    check_head_kind(cfg, datamodule.head_kind)
     model = instantiate(
         cfg.model,
         vocab_size=datamodule.vocab_size,
         num_classes=datamodule.num_classes,
-        head_kind=datamodule.task,
+        head_kind=datamodule.head_kind,
         attention=instantiate(cfg.attention),
     )
     return cfg, datamodule, model

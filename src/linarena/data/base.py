@@ -46,9 +46,10 @@ def check_data_dir(data_dir: Path) -> None:
 class LRADataModule(L.LightningDataModule):
     """Common machinery; subclasses say what the data is and how to build it.
 
-    Subclasses set `name`, `task`, `vocab_size`, `num_classes`, `max_length` in `__init__` and
-    implement `cache_config()` (the settings the cached tensors depend on) and `build()` (read,
-    download or generate the data and return named tensors). Sequence tasks store per split
+    Subclasses set `name`, `head_kind` ("sequence", "pair" or "token"), `vocab_size`,
+    `num_classes`, `max_length` in `__init__` and implement `cache_config()` (the settings the
+    cached tensors depend on) and `build()` (read, download or generate the data and return
+    named tensors). Sequence tasks store per split
     `{split}/values`, `{split}/offsets`, `{split}/labels`; pair tasks store `{split}/first/...`
     and `{split}/second/...` plus `{split}/labels`.
 
@@ -86,7 +87,7 @@ class LRADataModule(L.LightningDataModule):
         self.seed = seed
         self.max_length = max_length
         self.name: str = ""
-        self.task: str = "sequence"
+        self.head_kind: str = "sequence"
         self.vocab_size: int = 0
         self.num_classes: int = 0
         self.datasets: dict[str, Dataset] = {}
@@ -103,7 +104,7 @@ class LRADataModule(L.LightningDataModule):
     def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
         """Dataset for a stored split (default: sequence or pair classification)."""
         labels = tensors[f"{split}/labels"]
-        if self.task == "pair":
+        if self.head_kind == "pair":
             first = self._packed(tensors, f"{split}/first")
             second = self._packed(tensors, f"{split}/second")
             return PairDataset(first, second, labels)
@@ -173,7 +174,7 @@ class LRADataModule(L.LightningDataModule):
             batch_size=self.batch_size,
             shuffle=shuffle,
             num_workers=self.num_workers,
-            collate_fn=COLLATE_FUNCTIONS[self.task],
+            collate_fn=COLLATE_FUNCTIONS[self.head_kind],
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.num_workers > 0,
         )

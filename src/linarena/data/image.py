@@ -94,7 +94,7 @@ class ImageDataModule(LRADataModule):
                 f"data.max_length must be {IMAGE_SIDE**2} for CIFAR-10 (32 x 32 "
                 f"pixels), got {max_length}"
             )
-        self.name, self.task = "image", "sequence"
+        self.name, self.head_kind = "image", "sequence"
         self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, NUM_CLASSES
         if zero_pixel_is_padding:  # token = pixel, so black pixels get the padding id 0
             self.token_shift, self.vocab_size = 0, BYTE_VOCAB_SIZE - 1

@@ -145,7 +145,7 @@ class ListOpsDataModule(LRADataModule):
         check_source(source)
         if min(num_train, num_val, num_test) < 1:
             raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
-        self.name, self.task = "listops", "sequence"
+        self.name, self.head_kind = "listops", "sequence"
         self.vocab_size, self.num_classes = VOCAB_SIZE, NUM_CLASSES
         self.source = source
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}

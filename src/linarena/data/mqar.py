@@ -112,7 +112,7 @@ class MQARDataModule(LRADataModule):
             raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
         if not power_a > 0:
             raise ValueError(f"data.power_a must be > 0, got {power_a}")
-        self.name, self.task = "mqar", "token"
+        self.name, self.head_kind = "mqar", "token"
         self.vocab_size, self.num_classes = vocab_size, vocab_size
         self.num_pairs, self.power_a = num_pairs, power_a
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}

@@ -155,7 +155,7 @@ class PathfinderDataModule(LRADataModule):
         if min(num_train, num_val, num_test) < 1:
             raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
         self.name = "pathx" if resolution == 128 else f"pathfinder{resolution}"
-        self.task = "sequence"
+        self.head_kind = "sequence"
         self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, 2
         if zero_pixel_is_padding:  # token = pixel, so black pixels get the padding id 0
             self.token_shift, self.vocab_size = 0, BYTE_VOCAB_SIZE - 1

@@ -80,7 +80,7 @@ class RetrievalDataModule(LRADataModule):
         max_length: int = 4000,
     ) -> None:
         super().__init__(data_dir, batch_size, num_workers, seed, max_length)
-        self.name, self.task = "retrieval", "pair"
+        self.name, self.head_kind = "retrieval", "pair"
         self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, 2
 
     def cache_config(self) -> dict[str, Any]:

@@ -90,7 +90,7 @@ class TextDataModule(LRADataModule):
         download: bool = True,
     ) -> None:
         super().__init__(data_dir, batch_size, num_workers, seed, max_length)
-        self.name, self.task = "text", "sequence"
+        self.name, self.head_kind = "text", "sequence"
         self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, len(LABELS)
         self.download = download
 

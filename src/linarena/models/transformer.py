@@ -27,7 +27,7 @@ class TransformerClassifier(nn.Module):
         num_classes: output classes.
         head_kind: "sequence" (one label per sequence), "pair" (one label per pair of documents,
             dual encoder: one encoder for both, then `pair_head`) or "token" (a label per
-            position). Given by the data (the datamodule's `task`), not by the model config.
+            position). Given by the data (the datamodule's `head_kind`), not by the model config.
         attention: builds one attention core per layer: attention(head_dim=..., causal=...).
         d_model, num_heads, num_layers, mlp_dim, dropout: Transformer sizes.
         qkv_dim: total q/k/v width over the heads (LRA's qkv_dim), so head_dim = qkv_dim //

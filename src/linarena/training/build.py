@@ -18,7 +18,7 @@ from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.checks import (
     check_config,
     check_ddp_launch,
-    check_task,
+    check_head_kind,
     resolve_ckpt_path,
     resolve_precision,
 )
@@ -73,7 +73,7 @@ def build_components(
     seed_everything(cfg.seed, workers=True)
 
     datamodule = instantiate_group(cfg.data, "data")
-    check_task(cfg, datamodule.task)
+    check_head_kind(cfg, datamodule.head_kind)
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)
     model = instantiate_group(
@@ -81,12 +81,12 @@ def build_components(
         "model",
         vocab_size=datamodule.vocab_size,
         num_classes=datamodule.num_classes,
-        head_kind=datamodule.task,
+        head_kind=datamodule.head_kind,
         attention=instantiate_group(cfg.attention, "attention"),
     )
     optim = instantiate_group(cfg.optim, "optim", _convert_="all")
     module = ClassificationModule(
-        model, optim, datamodule.num_classes, datamodule.task, attention_name=attention
+        model, optim, datamodule.num_classes, datamodule.head_kind, attention_name=attention
     )
 
     loggers = build_loggers(cfg)

@@ -158,9 +158,10 @@ def check_validation_runs(trainer: DictConfig) -> None:
         )
 
 
-def check_task(cfg: DictConfig, task: str) -> None:
-    """Checks that need the task, known once the datamodule is built."""
-    if cfg.model.causal and cfg.model.pooling == "cls" and task != "token":
+def check_head_kind(cfg: DictConfig, head_kind: str) -> None:
+    """Checks that need the head kind ("sequence", "pair" or "token"), known once the
+    datamodule is built."""
+    if cfg.model.causal and cfg.model.pooling == "cls" and head_kind != "token":
         raise ConfigError(
             "model.causal=true with model.pooling=cls: under a causal mask the CLS token in "
             "front sees only itself, so the classifier would see nothing. Set "

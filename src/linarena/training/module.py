@@ -23,7 +23,7 @@ class ClassificationModule(LightningModule):
         model: maps (tokens, mask) to logits (batch, classes) or (batch, length, classes).
         optim: optimizer and schedule settings.
         num_classes: number of classes.
-        task: "sequence", "pair" or "token" (token labels use -100 for unscored positions).
+        head_kind: "sequence", "pair" or "token" (token labels use -100 for unscored positions).
         attention_name: the attention variant's name (for messages).
     """
 
@@ -32,14 +32,14 @@ class ClassificationModule(LightningModule):
         model: nn.Module,
         optim: OptimSettings,
         num_classes: int,
-        task: str,
+        head_kind: str,
         attention_name: str,
     ) -> None:
         super().__init__()
         self.model = model
         self.optim_settings = optim
         self.attention_name = attention_name
-        ignore_index = IGNORE_INDEX if task == "token" else None
+        ignore_index = IGNORE_INDEX if head_kind == "token" else None
         metric_args = {"num_classes": num_classes, "average": "micro", "ignore_index": ignore_index}
         self.train_acc = MulticlassAccuracy(**metric_args)
         self.val_acc = MulticlassAccuracy(**metric_args)
