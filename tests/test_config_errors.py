@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from training_helpers import compose_config, run_train
+from training_helpers import build_model, compose_config, run_train
 
 from linarena.attention.variants import variant_names
 from linarena.training import ConfigError
 from linarena.training.checks import (
     check_config,
     check_ddp_launch,
-    check_head_kind,
     resolve_ckpt_path,
     resolve_precision,
 )
@@ -36,8 +35,10 @@ def test_misspelt_key_added_by_an_override_or_experiment_is_caught() -> None:
 
 
 def test_d_model_not_divisible_by_heads() -> None:
-    with pytest.raises(ConfigError, match=r"model\.d_model=100 is not divisible by model\.num_heads=8"):
-        check(["model.d_model=100", "model.num_heads=8"])
+    with pytest.raises(ConfigError, match=r"model\.d_model=100 must be divisible by model\.num_heads=8"):
+        build_model(["model.d_model=100", "model.num_heads=8"])
+    with pytest.raises(ConfigError, match=r"model\.qkv_dim=20 must be divisible by model\.num_heads=8"):
+        build_model(["model.qkv_dim=20", "model.num_heads=8"])
 
 
 def test_causal_cosformer_without_max_length() -> None:
@@ -48,10 +49,9 @@ def test_causal_cosformer_without_max_length() -> None:
 
 
 def test_causal_with_cls_pooling() -> None:
-    cfg = compose_config(["model.causal=true", "model.pooling=cls"])
     with pytest.raises(ConfigError, match=r"model\.pooling=mean"):
-        check_head_kind(cfg, "sequence")
-    check_head_kind(cfg, "token")
+        build_model(["model.causal=true", "model.pooling=cls"])
+    build_model(["data=mqar", "model.causal=true", "model.pooling=cls"])  # per-token head: fine
 
 
 def test_sequences_longer_than_the_model_accepts() -> None:
@@ -99,5 +99,5 @@ def test_command_line_errors_are_one_clear_message(tmp_path: Path) -> None:
     bad_heads = run_train(["model.d_model=30", "model.num_heads=4", "logger=none"], tmp_path,
                           tmp_path / "data")
     assert bad_heads.returncode == 1
-    assert "Error: model.d_model=30 is not divisible by model.num_heads=4" in bad_heads.stderr
+    assert "model.d_model=30 must be divisible by model.num_heads=4" in bad_heads.stderr
     assert "Traceback" not in bad_heads.stderr

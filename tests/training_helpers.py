@@ -15,7 +15,8 @@ from hydra.utils import instantiate
 from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import DictConfig, open_dict
 
-from linarena.training.checks import check_config, check_head_kind
+from linarena.training.build import instantiate_group
+from linarena.training.checks import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -55,13 +56,13 @@ def build_model(overrides: list[str]):
     cfg = compose_config(overrides)
     check_config(cfg)
     datamodule = instantiate(cfg.data, data_dir="unused")
-    check_head_kind(cfg, datamodule.head_kind)
-    model = instantiate(
+    model = instantiate_group(
         cfg.model,
+        "model",
         vocab_size=datamodule.vocab_size,
         num_classes=datamodule.num_classes,
         head_kind=datamodule.head_kind,
-        attention=instantiate(cfg.attention),
+        attention=instantiate_group(cfg.attention, "attention"),
     )
     return cfg, datamodule, model
 

@@ -18,7 +18,6 @@ from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.checks import (
     check_config,
     check_ddp_launch,
-    check_head_kind,
     resolve_ckpt_path,
     resolve_precision,
 )
@@ -73,7 +72,6 @@ def build_components(
     seed_everything(cfg.seed, workers=True)
 
     datamodule = instantiate_group(cfg.data, "data")
-    check_head_kind(cfg, datamodule.head_kind)
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)
     model = instantiate_group(

@@ -91,14 +91,6 @@ def check_config(cfg: DictConfig) -> None:
             check_keys(node, f"callbacks.{name}")
     check_validation_runs(cfg.trainer)
     model = cfg.model
-    width_key = "qkv_dim" if model.get("qkv_dim") else "d_model"
-    width = model[width_key]
-    if model.num_heads < 1 or width % model.num_heads != 0:
-        raise ConfigError(
-            f"model.{width_key}={width} is not divisible by model.num_heads={model.num_heads}: "
-            f"each head gets {width_key} // num_heads dimensions. Change model.num_heads to a "
-            f"divisor of {width} or model.{width_key} to a multiple of {model.num_heads}."
-        )
     check_attention_builds(cfg)
     attention_length = cfg.attention.get("max_length")
     if model.causal and attention_length is not None and attention_length < cfg.data.max_length:
@@ -122,13 +114,14 @@ def check_attention_builds(cfg: DictConfig) -> None:
     causal cosFormer's max_length) fail now, before any data is prepared, and are written once.
     Runs before the run's seed is set: a random draw here changes no result."""
     model = cfg.model
-    if model.num_heads < 1 or model.d_model % model.num_heads != 0:
-        return  # reported with its own message above
+    width = model.get("qkv_dim") or model.d_model
+    if model.num_heads < 1 or width % model.num_heads != 0:
+        return  # the model's constructor reports it, when build.py builds the model
     for key, node in cfg.attention.items():  # nested objects (a feature map): keys too
         if isinstance(node, DictConfig) and "_target_" in node:
             check_keys(node, f"attention.{key}")
     try:
-        instantiate(cfg.attention)(head_dim=model.d_model // model.num_heads, causal=model.causal)
+        instantiate(cfg.attention)(head_dim=width // model.num_heads, causal=model.causal)
     except Exception as err:
         cause = err.__cause__ or err
         raise ConfigError(f"attention ({cfg.attention._target_}): {cause}") from err
@@ -155,17 +148,6 @@ def check_validation_runs(trainer: DictConfig) -> None:
             f"trainer.max_steps={max_steps} is smaller than trainer.val_check_interval="
             f"{interval}: no validation would run. Set trainer.val_check_interval to at most "
             f"{max_steps}."
-        )
-
-
-def check_head_kind(cfg: DictConfig, head_kind: str) -> None:
-    """Checks that need the head kind ("sequence", "pair" or "token"), known once the
-    datamodule is built."""
-    if cfg.model.causal and cfg.model.pooling == "cls" and head_kind != "token":
-        raise ConfigError(
-            "model.causal=true with model.pooling=cls: under a causal mask the CLS token in "
-            "front sees only itself, so the classifier would see nothing. Set "
-            "model.pooling=mean."
         )
 
 
