@@ -5,6 +5,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from linarena.models.short_conv import ShortConv
+
 
 class MultiHeadAttention(nn.Module):
     """Projects to per-head q, k, v, runs the attention core, merges the heads.
@@ -46,13 +48,19 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """x + attention(LN(x)), then x + MLP(LN(x)), dropout on each residual branch."""
+    """x + attention(LN(x)), then x + MLP(LN(x)), dropout on each residual branch.
+
+    short_conv > 0: the attention reads ShortConv(LN(x)) (a causal depthwise convolution of that
+    many taps, residual) instead of LN(x), as in the Zoology/Based MQAR models; 0: no conv.
+    """
 
     def __init__(
-        self, d_model: int, num_heads: int, mlp_dim: int, dropout: float, core: nn.Module
+        self, d_model: int, num_heads: int, mlp_dim: int, dropout: float, core: nn.Module,
+        short_conv: int = 0,
     ) -> None:
         super().__init__()
         self.attention_norm = nn.LayerNorm(d_model)
+        self.short_conv = ShortConv(d_model, short_conv) if short_conv else None
         self.attention = MultiHeadAttention(d_model, num_heads, core)
         self.mlp_norm = nn.LayerNorm(d_model)
         self.mlp = FeedForward(d_model, mlp_dim, dropout)
@@ -60,5 +68,8 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x: (batch, length, d_model); mask: bool (batch, length) -> (batch, length, d_model)."""
-        x = x + self.dropout(self.attention(self.attention_norm(x), mask))
+        h = self.attention_norm(x)
+        if self.short_conv is not None:
+            h = self.short_conv(h, mask)
+        x = x + self.dropout(self.attention(h, mask))
         return x + self.dropout(self.mlp(self.mlp_norm(x)))

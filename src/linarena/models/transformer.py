@@ -47,6 +47,8 @@ class TransformerClassifier(nn.Module):
             task "token".
         positions: "sinusoidal" or "learned".
         causal: position i attends to positions <= i only (needs mean pooling or task "token").
+        short_conv: taps of a causal depthwise convolution before each block's attention
+            (Zoology/Based; 3 there), 0 for none.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class TransformerClassifier(nn.Module):
         pooling: str = "cls",
         positions: str = "sinusoidal",
         causal: bool = False,
+        short_conv: int = 0,
     ) -> None:
         super().__init__()
         check_model_args(task, d_model, num_heads, pooling, causal)
@@ -79,7 +82,8 @@ class TransformerClassifier(nn.Module):
         head_dim = d_model // num_heads
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                d_model, num_heads, mlp_dim, dropout, attention(head_dim=head_dim, causal=causal)
+                d_model, num_heads, mlp_dim, dropout, attention(head_dim=head_dim, causal=causal),
+                short_conv,
             )
             for _ in range(num_layers)
         )
