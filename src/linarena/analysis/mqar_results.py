@@ -60,7 +60,8 @@ def run_row(folder: Path) -> dict:
         "lr": config["optim"]["lr"], "state_size": size, "state_kind": kind,
         "test_acc": metrics["test/acc"], "val_acc_best": metrics["val/acc_best"],
         "max_steps": config["trainer"]["max_steps"], "vocab_size": data["vocab_size"],
-        "seq_len": data["max_length"], "num_pairs": data["num_pairs"], "run": folder.name,
+        "seq_len": data["max_length"], "num_pairs": data["num_pairs"],
+        "run": f"{folder.parent.name}/{folder.name}",
     }
 
 
