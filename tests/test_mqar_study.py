@@ -29,9 +29,13 @@ def fake_run(root: Path, attention: str, d_model: int, conv: int, lr: float, val
                           f"model.d_model={d_model}", f"model.short_conv={conv}", f"optim.lr={lr}"])
     (folder / ".hydra").mkdir(parents=True)
     OmegaConf.save(cfg, folder / ".hydra" / "config.yaml")
+    OmegaConf.save({"hydra": {"runtime": {"choices": {"attention": attention}}}},
+                   folder / ".hydra" / "hydra.yaml")
     metrics = {"test/acc": test, "val/acc_best": val}
+    # summary.json names the class: "linear" for every LinearAttention variant.
+    name = "linear" if attention == "taylor" else attention
     (folder / "summary.json").write_text(json.dumps(
-        {"task": "mqar", "attention": attention, "seed": 1, "metrics": metrics}))
+        {"task": "mqar", "attention": name, "seed": 1, "metrics": metrics}))
     return folder
 
 
@@ -42,6 +46,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fake_run(root, "elu", 16, 3, 3e-3, val=0.90, test=0.85)  # best on validation
     fake_run(root, "elu", 16, 3, 1e-2, val=0.70, test=0.95)  # best on test: not chosen
     fake_run(root, "softmax", 16, 0, 3e-3, val=0.99, test=0.98)
+    fake_run(root, "taylor", 32, 3, 3e-3, val=0.60, test=0.61)
     return root
 
 
@@ -81,8 +86,9 @@ def test_finished_runs_are_skipped_and_killed_ones_redone(study: Path) -> None:
 
 def test_best_lr_is_chosen_on_validation_and_the_lrs_tried_are_counted(study: Path) -> None:
     runs = load_study([study])
-    assert len(runs) == 4
+    assert len(runs) == 5
     best = best_per_setting(runs).set_index(["attention", "short_conv", "d_model"])
+    assert best.loc[("taylor", 3, 32), "test_acc"] == 0.61  # named by the config, not the class
     elu = best.loc[("elu", 3, 16)]
     assert (elu["best_lr"], elu["test_acc"], elu["lrs_tried"]) == (3e-3, 0.85, 3)
     assert best.loc[("softmax", 0, 16), "state_kind"] == "kv_cache"
@@ -96,10 +102,11 @@ def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: 
     assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
                         "--out", str(out)]) == 0
     best = pd.read_csv(out / "mqar_state_size.csv")
-    assert len(best) == 2 and len(pd.read_csv(out / "mqar_state_size_runs.csv")) == 4
+    assert len(best) == 3 and len(pd.read_csv(out / "mqar_state_size_runs.csv")) == 5
     table = (out / "mqar_state_size.md").read_text()
     assert "PARTIAL" in table  # softmax at d16 without conv has 1 of 3 lrs
-    assert "| elu+1 | 3 | 85.0 |" in table
+    assert "| elu+1 | 3 | 85.0 | – |" in table
+    assert table.index("| softmax |") < table.index("| elu+1 |")  # registry order
     width, height = Image.open(out / "mqar_state_size.png").size
     assert width > 1.5 * height  # two panels side by side
 

@@ -22,7 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from linarena.attention.linear import LinearAttention
-from linarena.attention.variants import label
+from linarena.attention.variants import label, variant_names
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "short_conv", "d_model", "num_heads", "num_layers", "lr",
@@ -43,6 +43,17 @@ def state_size(config: dict) -> tuple[int, str]:
     return 2 * config["data"]["max_length"] * model["d_model"] * model["num_layers"], "kv_cache"
 
 
+def attention_choice(folder: Path, summary: dict) -> str:
+    """The conf/attention/ name the run was started with (`attention=<name>`), from Hydra's
+    .hydra/hydra.yaml: summary.json names the class ("linear" for every LinearAttention)."""
+    hydra_file = folder / ".hydra" / "hydra.yaml"
+    if hydra_file.is_file():
+        choice = OmegaConf.load(hydra_file).hydra.runtime.choices.get("attention")
+        if choice:
+            return str(choice)
+    return str(summary["attention"])
+
+
 def run_row(folder: Path) -> dict:
     """The row of one finished run folder (summary.json and .hydra/config.yaml)."""
     summary = json.loads((folder / SUMMARY_FILE).read_text())
@@ -51,10 +62,11 @@ def run_row(folder: Path) -> dict:
         raise FileNotFoundError(f"{config_path}: missing; the study reads each run's config "
                                 "from the folder Hydra wrote (train.py with hydra.run.dir=...)")
     config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
+    attention = attention_choice(folder, summary)
     size, kind = state_size(config)
     model, data, metrics = config["model"], config["data"], summary["metrics"]
     return {
-        "attention": summary["attention"], "label": label(summary["attention"]),
+        "attention": attention, "label": label(attention),
         "short_conv": int(model.get("short_conv", 0)), "d_model": model["d_model"],
         "num_heads": model["num_heads"], "num_layers": model["num_layers"],
         "lr": config["optim"]["lr"], "state_size": size, "state_kind": kind,
@@ -86,10 +98,14 @@ def best_per_setting(runs: pd.DataFrame) -> pd.DataFrame:
 
 def accuracy_table(best: pd.DataFrame) -> str:
     """Markdown: a row per attention and short_conv, a column per width, best test accuracy %."""
-    table = best.pivot_table(index=["label", "short_conv"], columns="d_model", values="test_acc")
+    table = best.pivot_table(index=["attention", "short_conv"], columns="d_model",
+                             values="test_acc")
+    order = {name: index for index, name in enumerate(variant_names())}
+    table = table.sort_index(key=lambda index: index.map(
+        lambda value: order.get(value, len(order)) if isinstance(value, str) else -value))
     lines = ["| attention | short conv | " + " | ".join(f"d={w}" for w in table.columns) + " |",
              "|---|---|" + "---|" * len(table.columns)]
     for (name, conv), row in table.iterrows():
         cells = " | ".join("–" if pd.isna(v) else f"{100 * v:.1f}" for v in row)
-        lines.append(f"| {name} | {conv or 'off'} | {cells} |")
+        lines.append(f"| {label(name)} | {conv or 'off'} | {cells} |")
     return "\n".join(lines) + "\n"
