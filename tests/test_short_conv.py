@@ -70,9 +70,12 @@ def test_bad_kernel_size_names_the_key() -> None:
 @pytest.mark.parametrize(
     "experiment", [name for name in config_names("experiment") if "mqar_study" not in name]
 )
-def test_off_by_default_and_in_every_preset_but_the_study(experiment: str) -> None:
-    assert compose_config([]).model.short_conv == 0
+def test_off_in_every_preset_but_the_study(experiment: str) -> None:
     assert compose_config([f"experiment={experiment}"]).model.short_conv == 0
+
+
+def test_off_by_default() -> None:
+    assert compose_config([]).model.short_conv == 0
     model = TransformerClassifier(vocab_size=12, num_classes=5, task="sequence",
                                   attention=load_variant("softmax"), d_model=16, num_heads=2)
     assert all(block.short_conv is None for block in model.blocks)
