@@ -5,6 +5,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from linarena.models.short_conv import ShortConv
+
 # flax.nn.LayerNorm's default, which the LRA models use.
 LAYER_NORM_EPS = 1e-6
 # LRA's Dense biases in the blocks start at N(0, 1e-6): zero for all practical purposes.
@@ -69,7 +71,11 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """x + attention(LN(x)), then x + MLP(LN(x)), dropout on each residual branch."""
+    """x + attention(LN(x)), then x + MLP(LN(x)), dropout on each residual branch.
+
+    short_conv > 0: the attention reads ShortConv(LN(x)) (a causal depthwise convolution of that
+    many taps, residual) instead of LN(x), as in the Zoology/Based MQAR models; 0: no conv.
+    """
 
     def __init__(
         self,
@@ -79,9 +85,11 @@ class TransformerBlock(nn.Module):
         dropout: float,
         core: nn.Module,
         qkv_dim: int | None = None,
+        short_conv: int = 0,
     ) -> None:
         super().__init__()
         self.attention_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.short_conv = ShortConv(d_model, short_conv) if short_conv else None
         self.attention = MultiHeadAttention(d_model, num_heads, core, qkv_dim)
         self.mlp_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
         self.mlp = FeedForward(d_model, mlp_dim, dropout)
@@ -89,5 +97,8 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x: (batch, length, d_model); mask: bool (batch, length) -> (batch, length, d_model)."""
-        x = x + self.dropout(self.attention(self.attention_norm(x), mask))
+        h = self.attention_norm(x)
+        if self.short_conv is not None:
+            h = self.short_conv(h, mask)
+        x = x + self.dropout(self.attention(h, mask))
         return x + self.dropout(self.mlp(self.mlp_norm(x)))

@@ -40,6 +40,8 @@ class TransformerClassifier(nn.Module):
         causal: position i attends to positions <= i only (needs mean pooling or head "token").
         pair_head: for head_kind "pair": "lra" ([u, v], two hidden layers) or "nli"
             ([u, v, u*v, u-v], one hidden layer).
+        short_conv: taps of a causal depthwise convolution before each block's attention
+            (Zoology/Based; 3 there), 0 for none.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class TransformerClassifier(nn.Module):
         positions: str = "sinusoidal",
         causal: bool = False,
         pair_head: str = "nli",
+        short_conv: int = 0,
     ) -> None:
         super().__init__()
         width_key = "d_model" if qkv_dim is None else "qkv_dim"
@@ -80,6 +83,7 @@ class TransformerClassifier(nn.Module):
                 dropout,
                 attention(head_dim=head_dim, causal=causal),
                 qkv_dim,
+                short_conv,
             )
             for _ in range(num_layers)
         )
