@@ -49,7 +49,7 @@ def test_padded_positions_do_not_leak_into_real_ones() -> None:
 def test_the_model_with_a_short_conv_stays_causal(attention: str) -> None:
     torch.manual_seed(0)
     model = TransformerClassifier(
-        vocab_size=12, num_classes=5, task="token", attention=load_variant(attention),
+        vocab_size=12, num_classes=5, head_kind="token", attention=load_variant(attention),
         d_model=16, num_heads=2, mlp_dim=32, dropout=0.0, max_length=16, causal=True,
         short_conv=3,
     ).eval()
@@ -76,6 +76,6 @@ def test_off_in_every_preset_but_the_study(experiment: str) -> None:
 
 def test_off_by_default() -> None:
     assert compose_config([]).model.short_conv == 0
-    model = TransformerClassifier(vocab_size=12, num_classes=5, task="sequence",
+    model = TransformerClassifier(vocab_size=12, num_classes=5, head_kind="sequence",
                                   attention=load_variant("softmax"), d_model=16, num_heads=2)
     assert all(block.short_conv is None for block in model.blocks)
