@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduce every measured number in the README's Results section, on this machine:
-#   bash scripts/reproduce_results.sh            (about an hour on 2 CPU cores)
+#   bash scripts/reproduce_results.sh            (about two hours on 2 CPU cores)
 # Writes everything under results/ (git-ignored); the README quotes the printed tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,10 @@ python train.py -m "attention=$ATTENTIONS" seed=1,2,3 \
 echo "== small-budget MQAR: every attention x 3 seeds (experiment=mqar_cpu)"
 python train.py -m experiment=mqar_cpu "attention=$ATTENTIONS" seed=1,2,3 \
     tags=[readme] hydra.sweep.dir=results/sweeps/mqar
+
+echo "== MQAR recall against state size, with and without a short conv (about an hour)"
+python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --root results/mqar_study \
+    --out results/mqar_study
 
 echo "== comparison table and plots"
 python scripts/compare.py --runs results/sweeps --published --out results/compare
