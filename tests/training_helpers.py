@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import DictConfig, open_dict
 
-from linarena.training.build import instantiate_group
+from linarena.training import build
 from linarena.training.checks import check_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,15 +56,7 @@ def build_model(overrides: list[str]):
     cfg = compose_config(overrides)
     check_config(cfg)
     datamodule = instantiate(cfg.data, data_dir="unused")
-    model = instantiate_group(
-        cfg.model,
-        "model",
-        vocab_size=datamodule.vocab_size,
-        num_classes=datamodule.num_classes,
-        head_kind=datamodule.head_kind,
-        attention=instantiate_group(cfg.attention, "attention"),
-    )
-    return cfg, datamodule, model
+    return cfg, datamodule, build.build_model(cfg, datamodule)
 
 
 def train_env(

@@ -12,6 +12,7 @@ from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_io import AtomicCheckpointIO
@@ -53,6 +54,19 @@ def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
         raise ConfigError(f"Could not build `{group}` ({node.get('_target_')}): {cause}") from err
 
 
+def build_model(cfg: DictConfig, datamodule: LightningDataModule) -> nn.Module:
+    """The model of `cfg.model` with one `cfg.attention` core per layer, sized by the datamodule
+    (its constructor is enough: no data is read)."""
+    return instantiate_group(
+        cfg.model,
+        "model",
+        vocab_size=datamodule.vocab_size,
+        num_classes=datamodule.num_classes,
+        head_kind=datamodule.head_kind,
+        attention=instantiate_group(cfg.attention, "attention"),
+    )
+
+
 def build_loggers(cfg: DictConfig) -> list[Logger]:
     """The loggers of the `logger` group, each built from its YAML file (conf/logger/)."""
     return [
@@ -74,14 +88,7 @@ def build_components(
     datamodule = instantiate_group(cfg.data, "data")
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)
-    model = instantiate_group(
-        cfg.model,
-        "model",
-        vocab_size=datamodule.vocab_size,
-        num_classes=datamodule.num_classes,
-        head_kind=datamodule.head_kind,
-        attention=instantiate_group(cfg.attention, "attention"),
-    )
+    model = build_model(cfg, datamodule)
     optim = instantiate_group(cfg.optim, "optim", _convert_="all")
     module = ClassificationModule(
         model, optim, datamodule.num_classes, datamodule.head_kind, attention_name=attention
