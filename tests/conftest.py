@@ -39,6 +39,27 @@ def inputs(batch=2, heads=3, length=37, dtype=torch.float64, seed=0, scale=1.0,
             for _ in range(3)]
 
 
+# Unit roundoff of float64 (2^-53).
+UNIT_ROUNDOFF_64 = torch.finfo(torch.float64).eps / 2
+
+
+def assert_close_float64(actual: Tensor, expected: Tensor, terms: int) -> None:
+    """Two float64 computations of one quantity agree to what rounding allows.
+
+    Each element is a sum of at most `terms` products (attention: length x features, through
+    two matrix products). A computed sum of n products x_i y_i is within n u sum|x_i y_i| of the
+    exact value (u = 2^-53; Higham, Accuracy and Stability of Numerical Algorithms, sec. 3.1),
+    wherever the BLAS puts its partial sums: blocking, vector width and thread count move a
+    result inside that interval, so two results differ by at most twice that. sum|x_i y_i| is
+    bounded here, normwise, by the largest magnitude in `expected` (the terms are of the order of
+    the tensor's entries); a factor 16 covers the few operations around the sums (normaliser,
+    division, chunk-state updates). An implementation error is orders of magnitude larger.
+    """
+    scale = expected.abs().max().item()
+    atol = 2 * 16 * terms * UNIT_ROUNDOFF_64 * max(scale, 1.0)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=atol)
+
+
 def padding_mask(lengths: list[int], length: int) -> Tensor:
     """bool (batch, length), True for the first lengths[b] tokens (right padding)."""
     return torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]
