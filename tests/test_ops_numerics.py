@@ -1,0 +1,90 @@
+"""Both ops: dtypes (float64 kept, half precision computed in float32), finite under fp16/bf16
+autocast at 8K tokens, torch.compile, and one-line errors for bad arguments."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from linarena.attention.ops import delta_rule, gated_linear_attention
+
+
+def case(op: str, length=16, dim=8, dtype=torch.float32, seed=0):
+    """(args, kwargs) for one call of `op`: per-feature gates for GLA, per-head for the delta rule."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, length, dim, generator=g) for _ in range(3))
+    if op == "gla":
+        gate = F.logsigmoid(torch.randn(1, 2, length, dim, generator=g)) / 16
+        return gated_linear_attention, tuple(x.to(dtype) for x in (q, k, v, gate))
+    beta = torch.rand(1, 2, length, generator=g)
+    gate = -0.1 * torch.rand(1, 2, length, generator=g)
+    args = (q, F.normalize(k, dim=-1), v, beta, gate)
+    return delta_rule, tuple(x.to(dtype) for x in args)
+
+
+OPS = ["gla", "delta"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", OPS)
+def test_half_inputs_are_computed_in_float32(op, dtype):
+    fn, args = case(op, dtype=dtype)
+    out, state = fn(*args, causal=True, return_state=True)
+    assert out.dtype == dtype and state.dtype == torch.float32
+    _, full = case(op, dtype=torch.float32)
+    reference = fn(*(x.to(dtype).float() for x in full), causal=True)
+    torch.testing.assert_close(out, reference.to(dtype), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", OPS)
+def test_finite_under_autocast_at_8k(op, dtype):
+    fn, args = case(op, length=8192, dim=16)
+    args = [x.requires_grad_(True) for x in args]
+    with torch.autocast("cpu", dtype=dtype):
+        outs = [fn(*args, causal=causal) for causal in (True, False)]
+    assert all(out.dtype == torch.float32 and torch.isfinite(out).all() for out in outs)
+    grads = torch.autograd.grad(sum(out.sum() for out in outs), args)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+# Bidirectional calls trace the same chunk code twice (forward, reversed): slow, same coverage.
+@pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("op", OPS)
+def test_compiles_as_one_graph_and_matches_eager(op, causal):
+    torch._dynamo.reset()
+    fn, args = case(op, length=21)
+    args = [x.requires_grad_(True) for x in args]
+    mask = torch.arange(21)[None, :] < 15
+    results = []
+    for f in (torch.compile(fn, backend="aot_eager", fullgraph=True), fn):
+        out = f(*args, causal=causal, mask=mask, chunk_size=8)
+        results.append((out, *torch.autograd.grad((out * out.cos()).sum(), args)))
+    torch._dynamo.reset()
+    for c, e in zip(*results, strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
+
+
+def test_integer_input_is_refused():
+    with pytest.raises(TypeError, match="q must be a floating-point tensor"):
+        gated_linear_attention(torch.ones(1, 1, 4, 2, dtype=torch.long), torch.ones(1, 1, 4, 2),
+                               torch.ones(1, 1, 4, 2), causal=True)
+
+
+def test_bad_gate_shape_is_refused():
+    fn, (q, k, v, beta, _) = case("delta")
+    with pytest.raises(ValueError, match="log_gate must have shape"):
+        delta_rule(q, k, v, beta, torch.zeros_like(q), causal=True)
+
+
+def test_positive_log_gate_is_refused():
+    fn, (q, k, v, gate) = case("gla")
+    with pytest.raises(RuntimeError, match="log_gate must be finite and <= 0"):
+        gated_linear_attention(q, k, v, -gate, causal=True)
+
+
+def test_state_needs_causal_mode():
+    fn, (q, k, v, gate) = case("gla")
+    with pytest.raises(ValueError, match="need causal=True"):
+        gated_linear_attention(q, k, v, gate, causal=False, return_state=True)
