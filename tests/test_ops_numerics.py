@@ -73,18 +73,40 @@ def test_integer_input_is_refused():
 
 
 def test_bad_gate_shape_is_refused():
-    fn, (q, k, v, beta, _) = case("delta")
+    _, (q, k, v, beta, _) = case("delta")
     with pytest.raises(ValueError, match="log_gate must have shape"):
         delta_rule(q, k, v, beta, torch.zeros_like(q), causal=True)
 
 
 def test_positive_log_gate_is_refused():
-    fn, (q, k, v, gate) = case("gla")
+    _, (q, k, v, gate) = case("gla")
     with pytest.raises(RuntimeError, match="log_gate must be finite and <= 0"):
         gated_linear_attention(q, k, v, -gate, causal=True)
 
 
 def test_state_needs_causal_mode():
-    fn, (q, k, v, gate) = case("gla")
+    _, (q, k, v, gate) = case("gla")
     with pytest.raises(ValueError, match="need causal=True"):
         gated_linear_attention(q, k, v, gate, causal=False, return_state=True)
+
+
+def saved_floats_per_token(fn, args, length: int) -> float:
+    """What autograd keeps for the backward pass, in floats per token and head (each storage
+    once)."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() // 4
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*(x.requires_grad_(True) for x in args), causal=True)
+    return sum(storages.values()) / (length * args[0].shape[0] * args[0].shape[1])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_autograd_memory_is_linear_in_length_and_below_a_state_per_token(op):
+    dim = 64
+    per_token = [saved_floats_per_token(*case(op, length=n, dim=dim), length=n) for n in (512, 1024)]
+    assert per_token[1] <= 1.02 * per_token[0]
+    assert per_token[1] < dim * dim / 2  # a k_dim x v_dim state per token would be dim * dim
