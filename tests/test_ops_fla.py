@@ -131,4 +131,5 @@ def test_fla_kernels_match_torch_backend_on_cuda():
             grads = torch.autograd.grad((out.float() * torch.cos(out.float())).sum(), args)
             results.append((out, state, *grads))
         errors = [relative_error(a, b) for a, b in zip(*results, strict=True)]
-        assert max(errors) < 2e-2, f"{name}: relative errors (out, state, grads) {errors}"
+        # bf16 inside fla's kernels: ~1e-2; a wrong layout, scale or gate convention: ~1.
+        assert max(errors) < 5e-2, f"{name}: relative errors (out, state, grads) {errors}"
