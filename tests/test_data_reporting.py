@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from linarena.data import (
     DataNotFoundError,
     ImageDataModule,
     ListOpsDataModule,
+    MQARDataModule,
     RetrievalDataModule,
     TextDataModule,
 )
@@ -55,3 +59,23 @@ def test_a_cached_task_is_available_without_its_files(tmp_path: Path) -> None:
     RetrievalDataModule(tmp_path, max_length=64).check_available()
     with pytest.raises(DataNotFoundError):  # another setting needs the files again
         RetrievalDataModule(tmp_path, max_length=32).check_available()
+
+
+def test_importing_the_data_package_leaves_warning_filters_alone() -> None:
+    # The libraries it imports install filters of their own; those are loaded first.
+    code = (
+        "import warnings, lightning, numpy, PIL.Image, torch, torchdata.stateful_dataloader; "
+        "before = list(warnings.filters); import linarena.data; "
+        "assert warnings.filters == before, 'importing linarena.data changed the warning filters'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_training_loader_is_built_without_torchdata_noise(tmp_path: Path) -> None:
+    datamodule = MQARDataModule(tmp_path, max_length=16, num_pairs=2, vocab_size=16, num_train=4,
+                                num_val=2, num_test=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        datamodule.train_dataloader()
+    assert not [w for w in caught if "set_vital" in str(w.message)]
