@@ -156,7 +156,7 @@ class TaskDataModule(L.LightningDataModule):
         """Raise DataNotFoundError (with what to get and where to put it) when this task's data
         is neither cached nor buildable: files it reads are absent and will not be downloaded or
         generated. Cheap, and reads, writes or downloads nothing, so an entry point can call it
-        before it makes a run folder."""
+        before it builds a run (a trainer, loggers, checkpoints)."""
         check_data_dir(self.data_dir)
         if not self.cache_path.is_file():
             self.check_sources()
