@@ -36,23 +36,26 @@ log = logging.getLogger("prepare_data")
 
 @hydra.main(config_path=str(REPO_ROOT / "conf"), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
     from hydra.errors import InstantiationException
 
-    from linarena.data import DataFormatError, DataNotFoundError
+    from linarena.errors import LinarenaError
 
     start = time.perf_counter()
     try:
         datamodule = hydra.utils.instantiate(cfg.data)
         datamodule.prepare_data()
         datamodule.setup()
-    except (DataNotFoundError, DataFormatError, ValueError, InstantiationException) as error:
+    except (LinarenaError, InstantiationException) as error:
         # The message says what is wrong and how to fix it; a traceback would only bury it.
-        print(f"error: {error}", file=sys.stderr)
+        # A constructor's own message (which names the data.* key) is the cause Hydra wraps.
+        cause = error.__cause__ if isinstance(error, InstantiationException) else None
+        print(f"error: {cause or error}", file=sys.stderr)
         sys.exit(1)
     sizes = ", ".join(f"{split} {len(dataset)}" for split, dataset in datamodule.datasets.items())
     log.info(
-        "%s ready in %.1f s: %s examples; vocab %d, %d classes, max_length %d; cache %s",
-        datamodule.name,
+        "data=%s ready in %.1f s: %s examples; vocab %d, %d classes, max_length %d; cache %s",
+        HydraConfig.get().runtime.choices.data,
         time.perf_counter() - start,
         sizes,
         datamodule.vocab_size,

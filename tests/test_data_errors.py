@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from data_fixtures import write_cifar_folder, write_listops_release, write_pathfinder_release
+from data_fixtures import (
+    write_cifar_archive,
+    write_cifar_folder,
+    write_imdb_folder,
+    write_listops_release,
+    write_pathfinder_release,
+)
 from hydra.core.hydra_config import HydraConfig
 from PIL import Image
 from training_helpers import compose_config
 
-from linarena.data import DataFormatError, ImageDataModule, ListOpsDataModule, PathfinderDataModule
+from linarena.data import (
+    DataFormatError,
+    ImageDataModule,
+    ListOpsDataModule,
+    PathfinderDataModule,
+    TextDataModule,
+)
 from linarena.data.errors import DataConfigError, DataDirError
 from linarena.data.pathfinder import read_pathfinder_images
 from linarena.training.entry import USER_ERRORS, run_job
@@ -155,3 +168,59 @@ def test_slurm_sends_the_signal_lightning_requeues_on() -> None:
     sbatch_signal = OmegaConf.to_container(launcher.additional_parameters, resolve=True)["signal"]
     assert sbatch_signal.split("@")[0] == SLURMEnvironment().requeue_signal.name.removeprefix("SIG")
     assert SLURMEnvironment().auto_requeue and SLURMEnvironment().requeue_signal == signal.SIGUSR1
+
+
+def test_a_release_file_linked_elsewhere_is_named_not_echoed(tmp_path: Path) -> None:
+    folder = write_listops_release(tmp_path / "data")
+    secret = tmp_path / "elsewhere" / "key.txt"
+    secret.parent.mkdir()
+    secret.write_text("PRIVATE-FIRST-LINE\nmore\n")
+    (folder / "basic_train.tsv").unlink()
+    (folder / "basic_train.tsv").symlink_to(secret)
+    with pytest.raises(DataFormatError, match="expected the header") as err:
+        listops(tmp_path / "data").setup()
+    assert "PRIVATE" not in str(err.value)
+    assert f"is a link to {secret.resolve()}" in str(err.value)
+
+
+def test_an_empty_imdb_review_is_named_by_its_real_path(tmp_path: Path) -> None:
+    folder = write_imdb_folder(tmp_path)
+    (folder / "train" / "neg" / "0_2.txt").write_bytes(b"")
+    with pytest.raises(DataFormatError) as err:
+        TextDataModule(tmp_path, download=False).setup()
+    assert str(err.value).startswith(f"{folder / 'train' / 'neg' / '0_2.txt'}: ")
+
+
+def test_a_bad_cifar_batch_is_named_with_its_folder_or_archive(tmp_path: Path) -> None:
+    write_cifar_folder(tmp_path, per_file=4)
+    batch = tmp_path / "cifar-10-batches-bin" / "data_batch_3.bin"
+    batch.write_bytes(batch.read_bytes()[:-1])
+    with pytest.raises(DataFormatError, match="not a positive multiple") as err:
+        ImageDataModule(tmp_path, num_val=2).setup()
+    assert str(err.value).startswith(f"{batch}: ")
+
+    archive = write_cifar_archive(tmp_path)
+    shutil.rmtree(tmp_path / "cifar-10-batches-bin")
+    with pytest.raises(DataFormatError, match="not a positive multiple") as err:
+        ImageDataModule(tmp_path, num_val=2).setup()
+    assert str(err.value).startswith(
+        f"{archive} (member cifar-10-batches-bin/data_batch_3.bin): "
+    )
+
+
+def test_a_damaged_generated_listops_file_says_which_folder_to_delete(tmp_path: Path) -> None:
+    settings = {"max_length": 64, "min_length": 10, "source": "generated", "num_train": 20,
+                "num_val": 5, "num_test": 5, "generator_workers": 1}
+    first = ListOpsDataModule(tmp_path, **settings)
+    first.setup()
+    folder = first.generated_dir
+    train = folder / "basic_train.tsv"
+    train.write_bytes(train.read_bytes()[:-4])  # a copy cut short, mid-line
+    shutil.rmtree(tmp_path / "cache")
+    with pytest.raises(DataFormatError, match=r"basic_train\.tsv:21: ") as err:
+        ListOpsDataModule(tmp_path, **settings).setup()
+    assert f"delete the folder {folder.resolve()} and run again" in str(err.value)
+    shutil.rmtree(folder)  # the advice works
+    again = ListOpsDataModule(tmp_path, **settings)
+    again.setup()
+    assert len(again.datasets["train"]) == 20

@@ -1,4 +1,4 @@
-"""Base LightningDataModule shared by every task: caching, datasets and data loaders."""
+"""Base LightningDataModule shared by every task: its contract, caching, datasets, data loaders."""
 
 from __future__ import annotations
 
@@ -22,10 +22,9 @@ from linarena.data.batching import (
 )
 from linarena.data.cache import config_hash, load_or_build
 from linarena.data.errors import DataConfigError, DataDirError
+from linarena.data.spec import TaskSpec
 
 log = logging.getLogger(__name__)
-# torchdata 0.11 calls a deprecated torch function on every new iterator; nothing to act on.
-warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 SPLITS = ("train", "val", "test")
 COLLATE_FUNCTIONS = {"sequence": collate_sequences, "pair": collate_pairs, "token": collate_tokens}
@@ -43,13 +42,27 @@ def check_data_dir(data_dir: Path) -> None:
             return
 
 
-class LRADataModule(L.LightningDataModule):
+def check_split_sizes(num_train: int, num_val: int, num_test: int) -> None:
+    """Every split of a generated task needs at least one example."""
+    if min(num_train, num_val, num_test) < 1:
+        raise DataConfigError("data.num_train, data.num_val and data.num_test must be >= 1")
+
+
+def check_generator_workers(workers: int | None) -> None:
+    """data.generator_workers: a number of processes, or null for all CPUs."""
+    if workers is not None and workers < 1:
+        raise DataConfigError(
+            f"data.generator_workers must be >= 1, or null for all CPUs; got {workers}"
+        )
+
+
+class TaskDataModule(L.LightningDataModule):
     """Common machinery; subclasses say what the data is and how to build it.
 
-    Subclasses set `name`, `head_kind` ("sequence", "pair" or "token"), `vocab_size`,
-    `num_classes`, `max_length` in `__init__` and implement `cache_config()` (the settings the
-    cached tensors depend on) and `build()` (read, download or generate the data and return
-    named tensors). Sequence tasks store per split
+    A subclass passes its `TaskSpec` (name, head kind, vocabulary, classes, max length) to this
+    constructor, which checks it, and implements `cache_config()` (the settings the cached
+    tensors depend on) and `build()` (read, download or generate the data and return named
+    tensors); `check_sources()` when it reads files. Sequence tasks store per split
     `{split}/values`, `{split}/offsets`, `{split}/labels`; pair tasks store `{split}/first/...`
     and `{split}/second/...` plus `{split}/labels`.
 
@@ -65,32 +78,52 @@ class LRADataModule(L.LightningDataModule):
 
     def __init__(
         self,
+        spec: TaskSpec,
         data_dir: str | Path,
         batch_size: int,
         num_workers: int,
         seed: int,
-        max_length: int,
     ) -> None:
         super().__init__()
+        if not isinstance(spec, TaskSpec):
+            raise TypeError(
+                f"{type(self).__name__} must pass its TaskSpec (name, head_kind, vocab_size, "
+                f"num_classes, max_length) to TaskDataModule.__init__, got {spec!r}"
+            )
         if batch_size < 1:
-            raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
-        if max_length < 1:
-            raise ValueError(f"data.max_length must be >= 1, got {max_length}")
+            raise DataConfigError(f"data.batch_size must be >= 1, got {batch_size}")
         if num_workers < 0:
-            raise ValueError(
+            raise DataConfigError(
                 f"data.num_workers must be >= 0 (0 loads batches in the main process), got "
                 f"{num_workers}"
             )
+        self.spec = spec
         self.data_dir = Path(data_dir)
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
-        self.max_length = max_length
-        self.name: str = ""
-        self.head_kind: str = "sequence"
-        self.vocab_size: int = 0
-        self.num_classes: int = 0
         self.datasets: dict[str, Dataset] = {}
+
+    # ---- the contract, read by the model builder and the training loop ----------------------
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def head_kind(self) -> str:
+        return self.spec.head_kind
+
+    @property
+    def vocab_size(self) -> int:
+        return self.spec.vocab_size
+
+    @property
+    def num_classes(self) -> int:
+        return self.spec.num_classes
+
+    @property
+    def max_length(self) -> int:
+        return self.spec.max_length
 
     # ---- what subclasses provide -------------------------------------------------------------
     def cache_config(self) -> dict[str, Any]:
@@ -100,6 +133,10 @@ class LRADataModule(L.LightningDataModule):
     def build(self) -> dict[str, torch.Tensor]:
         """Read, download or generate the data; return the tensors to cache."""
         raise NotImplementedError
+
+    def check_sources(self) -> None:
+        """Raise DataNotFoundError when files this task builds from are absent and will not be
+        downloaded or generated; only looks whether files exist (default: nothing to check)."""
 
     def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
         """Dataset for a stored split (default: sequence or pair classification)."""
@@ -114,6 +151,15 @@ class LRADataModule(L.LightningDataModule):
         return PackedSequences(
             tensors[f"{prefix}/values"], tensors[f"{prefix}/offsets"], self.token_shift
         )
+
+    def check_available(self) -> None:
+        """Raise DataNotFoundError (with what to get and where to put it) when this task's data
+        is neither cached nor buildable: files it reads are absent and will not be downloaded or
+        generated. Cheap, and reads, writes or downloads nothing, so an entry point can call it
+        before it builds a run (a trainer, loggers, checkpoints)."""
+        check_data_dir(self.data_dir)
+        if not self.cache_path.is_file():
+            self.check_sources()
 
     # ---- caching ----------------------------------------------------------------------------
     @property
@@ -169,15 +215,18 @@ class LRADataModule(L.LightningDataModule):
         # The training loader is stateful: checkpoints hold its position and shuffling state,
         # so a resumed run sees the rest of the epoch in the same order as an uninterrupted one.
         loader_class = StatefulDataLoader if shuffle else DataLoader
-        return loader_class(
-            self.datasets[split],
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            num_workers=self.num_workers,
-            collate_fn=COLLATE_FUNCTIONS[self.head_kind],
-            pin_memory=torch.cuda.is_available(),
-            persistent_workers=self.num_workers > 0,
-        )
+        with warnings.catch_warnings():
+            # torchdata 0.11's constructor calls a torch function deprecated since; nothing to do.
+            warnings.filterwarnings("ignore", "'set_vital' is deprecated", UserWarning)
+            return loader_class(
+                self.datasets[split],
+                batch_size=self.batch_size,
+                shuffle=shuffle,
+                num_workers=self.num_workers,
+                collate_fn=COLLATE_FUNCTIONS[self.head_kind],
+                pin_memory=torch.cuda.is_available(),
+                persistent_workers=self.num_workers > 0,
+            )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 import zlib
 from collections.abc import Callable, Mapping
@@ -58,23 +57,34 @@ def save_tensors(
     write_atomic(path, lambda handle: torch.save(payload, handle), binary=True)
 
 
-def load_tensors(path: Path, config: Mapping[str, Any]) -> dict[str, torch.Tensor] | None:
+def load_tensors(
+    path: Path, config: Mapping[str, Any], warn: bool = True
+) -> dict[str, torch.Tensor] | None:
     """Load a cache written by `save_tensors` for this `config`.
 
-    Returns None when the file is absent, or (with a warning) when it is unreadable, stale or
-    corrupt, so that the caller rebuilds it. Tensors are memory-mapped, not read into RAM.
+    Returns None when the file is absent, or (with a warning, unless `warn` is false) when it is
+    unreadable, stale or corrupt, so that the caller rebuilds it. Tensors are memory-mapped, not
+    read into RAM.
     """
+    tensors, problem = _read(path, config)
+    if problem is not None and warn:
+        warnings.warn(f"Data cache {path} {problem}; rebuilding it.", RuntimeWarning, stacklevel=2)
+    return tensors
+
+
+def _read(
+    path: Path, config: Mapping[str, Any]
+) -> tuple[dict[str, torch.Tensor] | None, str | None]:
+    """(tensors, None) for a sound cache; (None, what is wrong) otherwise; (None, None) when
+    the file is absent."""
     if not path.exists():
-        return None
+        return None, None
     try:
         payload = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         problem = _check_payload(payload, _normalise(config))
     except Exception as error:
         problem = f"cannot be read ({type(error).__name__}: {error})"
-    if problem is not None:
-        warnings.warn(f"Data cache {path} {problem}; rebuilding it.", RuntimeWarning, stacklevel=2)
-        return None
-    return payload["tensors"]
+    return (None, problem) if problem is not None else (payload["tensors"], None)
 
 
 def _check_payload(payload: Any, config: dict[str, Any]) -> str | None:
@@ -102,19 +112,21 @@ def load_or_build(
     """Return the cached tensors for `config`, building and caching them first if needed.
 
     The build runs under a file lock: a second job that needs the same cache at the same time
-    waits, then reads what the first one wrote. Temp files of killed builds are removed.
+    waits, then reads what the first one wrote. Temp files of killed builds are removed. A
+    cache that has to be rebuilt is reported once, by the check made under the lock.
     """
-    tensors = load_tensors(path, config) if path.exists() else None
+    tensors = load_tensors(path, config, warn=False)
     if tensors is not None:
         return tensors
     with build_lock(path):
-        tensors = load_tensors(path, config)  # built by another job while this one waited?
+        # Built by another job while this one waited?
+        tensors = load_tensors(path, config, warn=True)
         if tensors is None:
             remove_stale_temps(path.parent, path.name)
             save_tensors(path, config, build())
-            tensors = load_tensors(path, config)
+            tensors, problem = _read(path, config)
             if tensors is None:
                 raise RuntimeError(
-                    f"Data cache {path} could not be read back right after writing it."
+                    f"Data cache {path} could not be read back right after writing it: {problem}"
                 )
     return tensors

@@ -9,10 +9,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from linarena.data.base import LRADataModule
+from linarena.data.base import TaskDataModule
 from linarena.data.batching import pack_rows
-from linarena.data.errors import DataConfigError, DataFormatError, missing_data_error
+from linarena.data.errors import (
+    DataConfigError,
+    DataFormatError,
+    DataNotFoundError,
+    missing_data_error,
+)
 from linarena.data.sources import CIFAR10_URL, download
+from linarena.data.spec import TaskSpec
 from linarena.data.text import BYTE_VOCAB_SIZE
 
 CIFAR_ARCHIVE = "cifar-10-binary.tar.gz"
@@ -63,7 +69,7 @@ def to_grayscale(images: np.ndarray) -> np.ndarray:
     return (grey * np.float32(255.5)).astype(np.uint8).reshape(len(images), -1)
 
 
-class ImageDataModule(LRADataModule):
+class ImageDataModule(TaskDataModule):
     """CIFAR-10 as 1024 grey pixel tokens; 10 classes.
 
     Tokens: pixel + 1 (vocabulary 257, every pixel real), or with `zero_pixel_is_padding` the
@@ -74,8 +80,6 @@ class ImageDataModule(LRADataModule):
     into `num_val` validation images and the rest for training, by a permutation drawn from `seed`;
     the 10,000 test images are the test split.
     """
-
-    token_shift = 1
 
     def __init__(
         self,
@@ -88,54 +92,59 @@ class ImageDataModule(LRADataModule):
         download: bool = True,
         zero_pixel_is_padding: bool = False,
     ) -> None:
-        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
         if max_length != IMAGE_SIDE * IMAGE_SIDE:
-            raise ValueError(
+            raise DataConfigError(
                 f"data.max_length must be {IMAGE_SIDE**2} for CIFAR-10 (32 x 32 "
                 f"pixels), got {max_length}"
             )
-        self.name, self.head_kind = "image", "sequence"
-        self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, NUM_CLASSES
-        if zero_pixel_is_padding:  # token = pixel, so black pixels get the padding id 0
-            self.token_shift, self.vocab_size = 0, BYTE_VOCAB_SIZE - 1
+        # token = pixel, so black pixels get the padding id 0; else pixel + 1, all real.
+        self.token_shift = 0 if zero_pixel_is_padding else 1
+        vocab_size = BYTE_VOCAB_SIZE - 1 + self.token_shift
+        spec = TaskSpec("image", "sequence", vocab_size, NUM_CLASSES, max_length)
+        super().__init__(spec, data_dir, batch_size, num_workers, seed)
         self.num_val = num_val
         self.download = download
 
     def cache_config(self) -> dict[str, Any]:
         return {"seed": self.seed, "num_val": self.num_val, "grey": "tensorflow"}
 
-    def read_files(self) -> dict[str, bytes]:
-        """Contents of the six binary batch files, by file name, downloading if allowed."""
+    def _folder_is_complete(self) -> bool:
+        folder = self.data_dir / CIFAR_FOLDER
+        return all((folder / name).is_file() for name in TRAIN_FILES + TEST_FILES)
+
+    def _missing(self, reason: str) -> DataNotFoundError:
+        expected = [CIFAR_ARCHIVE, *(f"{CIFAR_FOLDER}/{name}" for name in TRAIN_FILES + TEST_FILES)]
+        return missing_data_error(
+            "image",
+            expected,
+            self.data_dir,
+            [CIFAR10_URL],
+            reason=reason,
+            hint=f"({CIFAR_ARCHIVE} alone, or the six files of {CIFAR_FOLDER}/)",
+        )
+
+    def check_sources(self) -> None:
+        present = self._folder_is_complete() or (self.data_dir / CIFAR_ARCHIVE).is_file()
+        if not present and not self.download:
+            raise self._missing("data.download=false, so no download was tried")
+
+    def read_files(self) -> dict[str, tuple[str, bytes]]:
+        """(where, content) of the six binary batch files by file name, downloading if allowed;
+        `where` names the file for error messages: its path, or the archive and the member."""
         names = TRAIN_FILES + TEST_FILES
         folder, archive = self.data_dir / CIFAR_FOLDER, self.data_dir / CIFAR_ARCHIVE
-        if all((folder / name).is_file() for name in names):
-            return {name: (folder / name).read_bytes() for name in names}
+        if self._folder_is_complete():
+            return {name: (str(folder / name), (folder / name).read_bytes()) for name in names}
+        self.check_sources()
         if not archive.is_file():
-            expected = [CIFAR_ARCHIVE, *(f"{CIFAR_FOLDER}/{name}" for name in names)]
-            if not self.download:
-                raise missing_data_error(
-                    "image",
-                    expected,
-                    self.data_dir,
-                    [CIFAR10_URL],
-                    reason="data.download=false, so no download was tried",
-                    hint=f"({CIFAR_ARCHIVE} alone, or the six files of {CIFAR_FOLDER}/)",
-                )
             try:
                 download(CIFAR10_URL, archive)
             except OSError as error:
-                raise missing_data_error(
-                    "image",
-                    expected,
-                    self.data_dir,
-                    [CIFAR10_URL],
-                    reason=f"automatic download failed: {error}",
-                    hint=f"({CIFAR_ARCHIVE} alone, or the six files of {CIFAR_FOLDER}/)",
-                ) from error
+                raise self._missing(f"automatic download failed: {error}") from error
         return self._read_archive(archive, names)
 
     @staticmethod
-    def _read_archive(archive: Path, names: tuple[str, ...]) -> dict[str, bytes]:
+    def _read_archive(archive: Path, names: tuple[str, ...]) -> dict[str, tuple[str, bytes]]:
         contents = {}
         try:
             with tarfile.open(archive, "r:gz") as tar:
@@ -144,7 +153,7 @@ class ImageDataModule(LRADataModule):
                     if member.isfile() and name in names:
                         handle = tar.extractfile(member)
                         assert handle is not None  # regular files always have content
-                        contents[name] = handle.read()
+                        contents[name] = (f"{archive} (member {member.name})", handle.read())
         except (tarfile.TarError, EOFError, OSError) as error:
             raise DataFormatError(
                 archive, None, f"cannot read the archive ({error}); delete it and download it again"
@@ -156,7 +165,7 @@ class ImageDataModule(LRADataModule):
 
     def build(self) -> dict[str, torch.Tensor]:
         contents = self.read_files()
-        parsed = {name: parse_cifar_records(data, name) for name, data in contents.items()}
+        parsed = {name: parse_cifar_records(data, where) for name, (where, data) in contents.items()}
         train_images = np.concatenate([parsed[name][0] for name in TRAIN_FILES])
         train_labels = np.concatenate([parsed[name][1] for name in TRAIN_FILES])
         if not 0 < self.num_val < len(train_labels):

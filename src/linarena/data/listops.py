@@ -8,13 +8,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from linarena.data.base import SPLITS, LRADataModule
+from linarena.data.base import (
+    SPLITS,
+    TaskDataModule,
+    check_generator_workers,
+    check_split_sizes,
+)
 from linarena.data.batching import pack_sequences
 from linarena.data.cache import config_hash
-from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.errors import (
+    DataFormatError,
+    excerpt,
+    in_generated_folder,
+    missing_data_error,
+)
 from linarena.data.listops_generator import write_listops_files
-from linarena.files import build_lock, remove_stale_temps
 from linarena.data.sources import LRA_RELEASE_URL, check_source, lra_release_path, reads_official
+from linarena.data.spec import TaskSpec
+from linarena.files import build_lock, remove_stale_temps
 
 # Token ids: 0 is padding; the 15 symbols follow. `(` and `)` are dropped, as in the LRA pipeline.
 SYMBOLS = ("[MIN", "[MAX", "[MED", "[SM", "]", *map(str, range(10)))
@@ -72,7 +83,7 @@ def read_listops_tsv(path: Path, max_length: int) -> tuple[list[np.ndarray], np.
         header = _decode(handle.readline(), path, 1).rstrip("\r\n")
         if header != "Source\tTarget":
             raise DataFormatError(
-                path, 1, f"expected the header 'Source<TAB>Target', got {header!r}"
+                path, 1, f"expected the header 'Source<TAB>Target', got {excerpt(path, header)}"
             )
         for line_number, raw in enumerate(handle, start=2):
             line = _decode(raw, path, line_number)
@@ -86,12 +97,17 @@ def read_listops_tsv(path: Path, max_length: int) -> tuple[list[np.ndarray], np.
             source, target = fields
             if target.strip() not in {str(k) for k in range(NUM_CLASSES)}:
                 raise DataFormatError(
-                    path, line_number, f"target must be a digit 0-9, got {target!r}"
+                    path, line_number, f"target must be a digit 0-9, got {excerpt(path, target)}"
                 )
             try:
                 tokens = encode_listops(source)
-            except ValueError as error:
-                raise DataFormatError(path, line_number, str(error)) from None
+            except ValueError:
+                unknown = " ".join(sorted(set(source.split()) - _ALLOWED))
+                raise DataFormatError(
+                    path,
+                    line_number,
+                    f"unknown ListOps symbols {excerpt(path, unknown)}; expected {list(SYMBOLS)}",
+                ) from None
             problem = structure_problem(source, tokens) if len(tokens) else None
             if problem is not None:
                 raise DataFormatError(path, line_number, f"not a ListOps expression: {problem}")
@@ -116,7 +132,7 @@ def _decode(raw: bytes, path: Path, line_number: int) -> str:
         ) from None
 
 
-class ListOpsDataModule(LRADataModule):
+class ListOpsDataModule(TaskDataModule):
     """ListOps: nested MIN/MAX/MED/SM expressions over digits; 10 classes, 16 token ids.
 
     Reads `<data_dir>/lra_release/listops-1000/basic_{train,val,test}.tsv` when present (or with
@@ -141,12 +157,11 @@ class ListOpsDataModule(LRADataModule):
         max_args: int = 10,
         generator_workers: int | None = None,
     ) -> None:
-        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
+        spec = TaskSpec("listops", "sequence", VOCAB_SIZE, NUM_CLASSES, max_length)
+        super().__init__(spec, data_dir, batch_size, num_workers, seed)
         check_source(source)
-        if min(num_train, num_val, num_test) < 1:
-            raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
-        self.name, self.head_kind = "listops", "sequence"
-        self.vocab_size, self.num_classes = VOCAB_SIZE, NUM_CLASSES
+        check_split_sizes(num_train, num_val, num_test)
+        check_generator_workers(generator_workers)
         self.source = source
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}
         self.generator_settings = {
@@ -167,6 +182,9 @@ class ListOpsDataModule(LRADataModule):
         """Whether the release files are read (else the generated copy)."""
         expected = [f"lra_release/listops-1000/basic_{split}.tsv" for split in SPLITS]
         return reads_official(self.source, self.official_dir, "listops", expected, self.data_dir)
+
+    def check_sources(self) -> None:
+        self.uses_official()  # raises when data.source=official and the release is absent
 
     @property
     def generated_dir(self) -> Path:
@@ -201,7 +219,12 @@ class ListOpsDataModule(LRADataModule):
                     self.data_dir,
                     [LRA_RELEASE_URL],
                 )
-            sequences, labels = read_listops_tsv(path, self.max_length)
+            try:
+                sequences, labels = read_listops_tsv(path, self.max_length)
+            except DataFormatError as error:
+                if official is not None:
+                    raise
+                raise in_generated_folder(error, folder) from None
             packed = pack_sequences(sequences, torch.uint8)
             tensors |= {f"{split}/{key}": value for key, value in packed.items()}
             tensors[f"{split}/labels"] = torch.from_numpy(labels)

@@ -17,14 +17,13 @@ import csv
 import hashlib
 import itertools
 import multiprocessing
-import os
 import random
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
+from linarena.data.errors import DataConfigError
+from linarena.data.progress import progress as progress_bar
 from linarena.files import write_atomic
 from linarena.system import available_cpus
 
@@ -132,13 +131,15 @@ def iter_unique_listops(
 ) -> Iterator[tuple[str, int]]:
     """Endless stream of unique (expression, value) pairs with min_length < length < max_length.
 
-    The order depends only on the seed and settings. Raises ValueError when the settings cannot
-    give a tree in range, or stop giving new expressions (too few distinct trees exist).
+    The order depends only on the seed and settings. Raises DataConfigError when the settings
+    cannot give a tree in range, or stop giving new expressions (too few distinct trees exist).
     """
     if max_depth < 1 or max_args < 2:
-        raise ValueError(f"need max_depth >= 1 and max_args >= 2, got {max_depth}, {max_args}")
+        raise DataConfigError(
+            f"data.max_depth must be >= 1 and data.max_args >= 2, got {max_depth}, {max_args}"
+        )
     if min(max_length - 1, max_tree_length(max_depth, max_args)) <= min_length:
-        raise ValueError(
+        raise DataConfigError(
             f"no ListOps tree has {min_length} < length < {max_length} with max_depth={max_depth} "
             f"and max_args={max_args} (longest possible: {max_tree_length(max_depth, max_args)}); "
             "lower data.min_length or raise data.max_depth / data.max_args / data.max_length"
@@ -165,7 +166,7 @@ def iter_unique_listops(
                     new += 1
                     yield expression, value
             if new == 0:
-                raise ValueError(
+                raise DataConfigError(
                     f"ListOps settings max_depth={max_depth}, max_args={max_args}, "
                     f"{min_length} < length < {max_length} allow only about {len(seen)} unique "
                     "expressions; ask for fewer examples or widen the length range"
@@ -196,7 +197,7 @@ def write_listops_files(
     total = sum(sizes.values())
     with (
         closing(iter_unique_listops(**settings)) as stream,
-        tqdm(total=total, desc="ListOps", unit="expr", disable=not progress) as bar,
+        progress_bar(total=total, desc="ListOps", unit="expr", disable=not progress) as bar,
     ):
         for split, size in sizes.items():
             path = folder / f"basic_{split}.tsv"

@@ -18,8 +18,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from linarena.data.base import LRADataModule
+from linarena.data.base import TaskDataModule, check_split_sizes
 from linarena.data.batching import IGNORE_INDEX, TokenDataset
+from linarena.data.errors import DataConfigError
+from linarena.data.spec import TaskSpec
 
 _ROWS_PER_BLOCK = 2048  # bounds the (rows, key range) random matrices drawn at once
 
@@ -86,7 +88,7 @@ def check_mqar_settings(vocab_size: int, seq_len: int, num_pairs: int) -> None:
         )
 
 
-class MQARDataModule(LRADataModule):
+class MQARDataModule(TaskDataModule):
     """Generated MQAR sequences; task "token": labels (B, L) are value ids at queried keys.
 
     num_classes = vocab_size, so a label is a token id. Use with causal attention.
@@ -106,14 +108,13 @@ class MQARDataModule(LRADataModule):
         num_val: int = 3_000,
         num_test: int = 3_000,
     ) -> None:
-        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
+        # A label is a value id, i.e. a token id: as many classes as token ids.
+        spec = TaskSpec("mqar", "token", vocab_size, vocab_size, max_length)
+        super().__init__(spec, data_dir, batch_size, num_workers, seed)
         check_mqar_settings(vocab_size, max_length, num_pairs)
-        if min(num_train, num_val, num_test) < 1:
-            raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
+        check_split_sizes(num_train, num_val, num_test)
         if not power_a > 0:
-            raise ValueError(f"data.power_a must be > 0, got {power_a}")
-        self.name, self.head_kind = "mqar", "token"
-        self.vocab_size, self.num_classes = vocab_size, vocab_size
+            raise DataConfigError(f"data.power_a must be > 0, got {power_a}")
         self.num_pairs, self.power_a = num_pairs, power_a
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}
 

@@ -9,17 +9,23 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from tqdm.auto import tqdm
 
-from linarena.data.base import LRADataModule
+from linarena.data.base import TaskDataModule, check_generator_workers, check_split_sizes
 from linarena.data.batching import pack_rows
-from linarena.data.errors import DataConfigError, DataFormatError
+from linarena.data.errors import (
+    DataConfigError,
+    DataFormatError,
+    excerpt,
+    in_generated_folder,
+)
 from linarena.data.pathfinder_generator import (
     GENERATOR_VERSION,
     RESOLUTIONS,
     generate_pathfinder,
 )
+from linarena.data.progress import progress as progress_bar
 from linarena.data.sources import check_source, lra_release_path, reads_official
+from linarena.data.spec import TaskSpec
 from linarena.data.text import BYTE_VOCAB_SIZE
 
 log = logging.getLogger(__name__)
@@ -59,7 +65,7 @@ def read_pathfinder_metadata(dataset_dir: Path) -> list[tuple[Path, int]]:
                     metadata,
                     line_number,
                     "expected 'imgs/<k> sample_<i>.png <i> <label> ...' with label 0 or 1, "
-                    f"got {line.strip()!r}",
+                    f"got {excerpt(metadata, line.strip())}",
                 )
             records.append((dataset_dir / fields[0] / fields[1], int(fields[3])))
     return records
@@ -83,7 +89,7 @@ def read_pathfinder_images(
     pixels = np.empty((len(records), resolution * resolution), dtype=np.uint8)
     labels = np.empty(len(records), dtype=np.int64)
     count = 0
-    for path, label in tqdm(records, desc="Pathfinder images", unit="img", disable=not progress):
+    for path, label in progress_bar(records, desc="Pathfinder images", unit="img", disable=not progress):
         try:
             if path.stat().st_size == 0:
                 continue  # the release has some empty files
@@ -107,7 +113,7 @@ def read_pathfinder_images(
     return pixels[:count], labels[:count]
 
 
-class PathfinderDataModule(LRADataModule):
+class PathfinderDataModule(TaskDataModule):
     """Pathfinder images as resolution**2 grey pixel tokens; 2 classes.
 
     Tokens: pixel + 1 (vocabulary 257, every pixel real), or with `zero_pixel_is_padding` the
@@ -120,8 +126,6 @@ class PathfinderDataModule(LRADataModule):
     are the validation split, the next `num_test` the test split, and up to `num_train` of the
     rest the training split. Resolution 128 is Path-X (name "pathx").
     """
-
-    token_shift = 1
 
     def __init__(
         self,
@@ -139,26 +143,28 @@ class PathfinderDataModule(LRADataModule):
         generator_workers: int | None = None,
         zero_pixel_is_padding: bool = False,
     ) -> None:
-        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
         check_source(source)
         if resolution not in RESOLUTIONS:
-            raise ValueError(f"data.resolution must be one of {RESOLUTIONS}, got {resolution}")
+            raise DataConfigError(
+                f"data.resolution must be one of {RESOLUTIONS}, got {resolution}"
+            )
         if max_length != resolution * resolution:
-            raise ValueError(
+            raise DataConfigError(
                 f"data.max_length must be resolution**2 = {resolution**2} for "
                 f"data.resolution={resolution}, got {max_length}"
             )
         if difficulty not in DIFFICULTY_NAMES:
-            raise ValueError(
+            raise DataConfigError(
                 f"data.difficulty must be one of {', '.join(DIFFICULTY_NAMES)}, got {difficulty!r}"
             )
-        if min(num_train, num_val, num_test) < 1:
-            raise ValueError("data.num_train, data.num_val and data.num_test must be >= 1")
-        self.name = "pathx" if resolution == 128 else f"pathfinder{resolution}"
-        self.head_kind = "sequence"
-        self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, 2
-        if zero_pixel_is_padding:  # token = pixel, so black pixels get the padding id 0
-            self.token_shift, self.vocab_size = 0, BYTE_VOCAB_SIZE - 1
+        check_split_sizes(num_train, num_val, num_test)
+        check_generator_workers(generator_workers)
+        # token = pixel, so black pixels get the padding id 0; else pixel + 1, all real.
+        self.token_shift = 0 if zero_pixel_is_padding else 1
+        vocab_size = BYTE_VOCAB_SIZE - 1 + self.token_shift
+        name = "pathx" if resolution == 128 else f"pathfinder{resolution}"
+        spec = TaskSpec(name, "sequence", vocab_size, 2, max_length)
+        super().__init__(spec, data_dir, batch_size, num_workers, seed)
         self.resolution, self.difficulty, self.source = resolution, difficulty, source
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}
         self.generator_workers = generator_workers
@@ -178,7 +184,11 @@ class PathfinderDataModule(LRADataModule):
             f"lra_release/{self.relative_dir}/metadata/<k>.npy",
             f"lra_release/{self.relative_dir}/imgs/<k>/sample_<i>.png",
         ]
-        return reads_official(self.source, self.official_dir, self.name, expected, self.data_dir)
+        config = "pathx" if self.resolution == 128 else "pathfinder"  # the data= name
+        return reads_official(self.source, self.official_dir, config, expected, self.data_dir)
+
+    def check_sources(self) -> None:
+        self.uses_official()  # raises when data.source=official and the release is absent
 
     @property
     def generated_root(self) -> Path:
@@ -213,13 +223,19 @@ class PathfinderDataModule(LRADataModule):
         return self.generated_root / self.relative_dir
 
     def build(self) -> dict[str, torch.Tensor]:
-        pixels, labels = read_pathfinder_images(
-            read_pathfinder_metadata(self.dataset_dir()), self.resolution
-        )
+        dataset_dir = self.dataset_dir()
+        try:
+            pixels, labels = read_pathfinder_images(
+                read_pathfinder_metadata(dataset_dir), self.resolution
+            )
+        except DataFormatError as error:
+            if self.uses_official():
+                raise
+            raise in_generated_folder(error, self.generated_root) from None
         num_val, num_test = self.sizes["val"], self.sizes["test"]
         if len(labels) <= num_val + num_test:
             raise DataConfigError(
-                f"only {len(labels)} usable Pathfinder images in {self.dataset_dir()}; need "
+                f"only {len(labels)} usable Pathfinder images in {dataset_dir}; need "
                 f"more than data.num_val + data.num_test = {num_val + num_test}: lower those, "
                 "or check the image files (empty files are skipped)"
             )

@@ -7,12 +7,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from linarena.data.base import SPLITS, LRADataModule
+from linarena.data.base import SPLITS, TaskDataModule
 from linarena.data.batching import pack_sequences
-from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.errors import DataFormatError, excerpt, missing_data_error
+from linarena.data.progress import progress
 from linarena.data.sources import LRA_RELEASE_URL, lra_release_hint, lra_release_path
+from linarena.data.spec import TaskSpec
 from linarena.data.text import BYTE_VOCAB_SIZE
 
 # File suffix per split: the release calls the validation split "eval".
@@ -34,7 +35,7 @@ def read_aan_tsv(
     """
     first, second, labels = [], [], []
     with open(path, "rb") as handle:
-        lines = tqdm(handle, desc=path.name, unit="line")
+        lines = progress(handle, desc=path.name, unit="line")
         for line_number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue  # a trailing blank line is harmless
@@ -52,7 +53,10 @@ def read_aan_tsv(
                 label = -1.0
             if label not in (0.0, 1.0):
                 raise DataFormatError(
-                    path, line_number, f"label must be 0 or 1 (e.g. '1.0'), got {fields[0]!r}"
+                    path,
+                    line_number,
+                    "label must be 0 or 1 (e.g. '1.0'), got "
+                    + excerpt(path, fields[0].decode("utf-8", "replace")),
                 )
             first.append(np.frombuffer(fields[3][:max_length], dtype=np.uint8))
             second.append(np.frombuffer(fields[4][:max_length], dtype=np.uint8))
@@ -62,7 +66,7 @@ def read_aan_tsv(
     return first, second, np.asarray(labels, dtype=np.int64)
 
 
-class RetrievalDataModule(LRADataModule):
+class RetrievalDataModule(TaskDataModule):
     """AAN document pairs as bytes (token = byte + 1), each truncated to `max_length`; 2 classes.
 
     Task "pair": batches hold tokens and mask of shape (B, 2, L). Reads
@@ -79,17 +83,20 @@ class RetrievalDataModule(LRADataModule):
         seed: int = 0,
         max_length: int = 4000,
     ) -> None:
-        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
-        self.name, self.head_kind = "retrieval", "pair"
-        self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, 2
+        spec = TaskSpec("retrieval", "pair", BYTE_VOCAB_SIZE, 2, max_length)
+        super().__init__(spec, data_dir, batch_size, num_workers, seed)
 
     def cache_config(self) -> dict[str, Any]:
         return {}
 
-    def build(self) -> dict[str, torch.Tensor]:
+    def check_sources(self) -> None:
+        self.release_folder()
+
+    def release_folder(self) -> Path:
+        """The release folder holding the three AAN files; DataNotFoundError naming them when
+        one is absent."""
         folder = lra_release_path(self.data_dir, AAN_FOLDER)
-        missing = [s for s in SPLITS if folder is None or not (folder / aan_file_name(s)).is_file()]
-        if folder is None or missing:
+        if folder is None or not all((folder / aan_file_name(s)).is_file() for s in SPLITS):
             raise missing_data_error(
                 "retrieval",
                 [f"lra_release/{AAN_FOLDER}/{aan_file_name(split)}" for split in SPLITS],
@@ -97,6 +104,10 @@ class RetrievalDataModule(LRADataModule):
                 [LRA_RELEASE_URL],
                 hint=lra_release_hint(self.data_dir),
             )
+        return folder
+
+    def build(self) -> dict[str, torch.Tensor]:
+        folder = self.release_folder()
         tensors = {}
         for split in SPLITS:
             first, second, labels = read_aan_tsv(folder / aan_file_name(split), self.max_length)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import hashlib
 import http.client
 import logging
-import os
 import urllib.request
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
-from linarena.data.errors import missing_data_error
+from linarena.data.errors import DataConfigError, missing_data_error
+from linarena.data.progress import progress
 from linarena.files import atomic_path, build_lock, remove_stale_temps
 
 log = logging.getLogger(__name__)
@@ -55,7 +53,7 @@ def lra_release_hint(data_dir: Path) -> str:
 def check_source(source: str) -> None:
     """Raise for a `data.source` value other than auto, official or generated."""
     if source not in SOURCES:
-        raise ValueError(f"data.source must be one of {', '.join(SOURCES)}; got {source!r}")
+        raise DataConfigError(f"data.source must be one of {', '.join(SOURCES)}; got {source!r}")
 
 
 def download(
@@ -85,7 +83,7 @@ def download(
         ):
             total = int(response.headers.get("Content-Length") or 0) or None
             written = 0
-            with tqdm(total=total, unit="B", unit_scale=True, desc=destination.name) as bar:
+            with progress(total=total, unit="B", desc=destination.name) as bar:
                 try:
                     while chunk := response.read(1 << 20):
                         out.write(chunk)

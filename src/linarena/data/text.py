@@ -10,12 +10,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from linarena.data.base import LRADataModule
+from linarena.data.base import TaskDataModule
 from linarena.data.batching import pack_sequences
-from linarena.data.errors import DataFormatError, missing_data_error
+from linarena.data.errors import DataFormatError, DataNotFoundError, missing_data_error
+from linarena.data.progress import progress
 from linarena.data.sources import IMDB_URL, download
+from linarena.data.spec import TaskSpec
 
 IMDB_ARCHIVE = "aclImdb_v1.tar.gz"
 IMDB_FOLDER = "aclImdb"
@@ -52,11 +53,11 @@ def read_imdb(source: Path, max_length: int) -> dict[str, tuple[list[np.ndarray]
     """Reviews per split ("train", "test"), in path order: (uint8 byte arrays, labels (n,))."""
     reviews = _reviews_in_archive(source) if source.is_file() else _reviews_in_folder(source)
     by_split: dict[str, list[tuple[str, bytes]]] = {split: [] for split in IMDB_SPLITS}
-    for name, content in tqdm(reviews, desc="IMDb reviews", unit="file"):
+    for name, content in progress(reviews, desc="IMDb reviews", unit="file"):
         if not content:
-            raise DataFormatError(
-                source / name if source.is_dir() else source, None, f"review {name} is empty"
-            )
+            if source.is_dir():  # `name` starts with the folder's own name, aclImdb/
+                raise DataFormatError(source.parent / name, None, "the review is empty")
+            raise DataFormatError(source, None, f"the review {name} in the archive is empty")
         by_split[name.split("/")[1]].append((name, content[:max_length]))
     result = {}
     for split, items in by_split.items():
@@ -69,7 +70,7 @@ def read_imdb(source: Path, max_length: int) -> dict[str, tuple[list[np.ndarray]
     return result
 
 
-class TextDataModule(LRADataModule):
+class TextDataModule(TaskDataModule):
     """IMDb reviews as bytes (token = byte + 1), truncated to `max_length`; 2 classes.
 
     Reads `<data_dir>/aclImdb/` (extracted) or `<data_dir>/aclImdb_v1.tar.gz`, downloading the
@@ -89,34 +90,41 @@ class TextDataModule(LRADataModule):
         max_length: int = 4096,
         download: bool = True,
     ) -> None:
-        super().__init__(data_dir, batch_size, num_workers, seed, max_length)
-        self.name, self.head_kind = "text", "sequence"
-        self.vocab_size, self.num_classes = BYTE_VOCAB_SIZE, len(LABELS)
+        spec = TaskSpec("text", "sequence", BYTE_VOCAB_SIZE, len(LABELS), max_length)
+        super().__init__(spec, data_dir, batch_size, num_workers, seed)
         self.download = download
 
     def cache_config(self) -> dict[str, Any]:
         return {}
 
-    def find_source(self) -> Path:
-        """The extracted folder or the archive, downloading the archive if allowed."""
+    def _present(self) -> Path | None:
+        """The extracted folder or else the archive, when present."""
         folder, archive = self.data_dir / IMDB_FOLDER, self.data_dir / IMDB_ARCHIVE
         if all((folder / split).is_dir() for split in IMDB_SPLITS):
             return folder
-        if archive.is_file():
-            return archive
+        return archive if archive.is_file() else None
 
-        def missing(reason: str) -> Exception:
-            expected = [IMDB_ARCHIVE, f"{IMDB_FOLDER}/{{train,test}}/{{pos,neg}}/*.txt"]
-            return missing_data_error(
-                "text", expected, self.data_dir, [IMDB_URL], one_of=True, reason=reason
-            )
+    def _missing(self, reason: str) -> DataNotFoundError:
+        expected = [IMDB_ARCHIVE, f"{IMDB_FOLDER}/{{train,test}}/{{pos,neg}}/*.txt"]
+        return missing_data_error(
+            "text", expected, self.data_dir, [IMDB_URL], one_of=True, reason=reason
+        )
 
-        if not self.download:
-            raise missing("data.download=false, so no download was tried")
+    def check_sources(self) -> None:
+        if self._present() is None and not self.download:
+            raise self._missing("data.download=false, so no download was tried")
+
+    def find_source(self) -> Path:
+        """The extracted folder or the archive, downloading the archive if allowed."""
+        present = self._present()
+        if present is not None:
+            return present
+        self.check_sources()
+        archive = self.data_dir / IMDB_ARCHIVE
         try:
             download(IMDB_URL, archive)
         except OSError as error:
-            raise missing(f"automatic download failed: {error}") from error
+            raise self._missing(f"automatic download failed: {error}") from error
         return archive
 
     def build(self) -> dict[str, torch.Tensor]:
