@@ -34,7 +34,6 @@ of images starting at an even index with an even count is exactly 50/50. Image i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
