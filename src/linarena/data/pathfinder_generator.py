@@ -67,7 +67,7 @@ __all__ = [
 
 # Stored in the marker files and in the data cache keys: bump it whenever the images a seed
 # produces change, so that neither generated folders nor tensor caches of older ones are reused.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 _GENERATOR = {"generator": "linarena.data.pathfinder_generator", "version": GENERATOR_VERSION}
 _COMPLETE, _IN_PROGRESS = ".complete", ".in_progress"
 
