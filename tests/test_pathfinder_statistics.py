@@ -27,9 +27,7 @@ RELATIVE_TOLERANCE = 0.10
 def test_pixel_shares_match_the_original_generator(difficulty: str) -> None:
     table = pd.read_csv(ORIGINAL)
     original = table[(table.resolution == 32) & (table.difficulty == difficulty)].iloc[0]
-    images = np.stack(
-        [render_sample(i, 32, difficulty, seed=5).image for i in range(NUM_IMAGES)]
-    )
+    images = np.stack([render_sample(i, 32, difficulty, seed=5).image for i in range(NUM_IMAGES)])
     ours = pixel_shares(images)
     for name in ("ink_fraction", "above_128_fraction"):
         relative = ours[name] / original[name] - 1

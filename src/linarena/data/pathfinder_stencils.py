@@ -139,7 +139,10 @@ def paddle_stencil(style: PathfinderStyle, margin: int, angle: float) -> PaddleS
     k = style.paddle_length + math.ceil(style.thickness) + margin
     fine_size, centre = 2 * k * aa + 1, k * aa
     length = style.paddle_length * aa
-    end = (math.ceil(centre + length * math.cos(angle)), math.ceil(centre + length * math.sin(angle)))
+    end = (
+        math.ceil(centre + length * math.cos(angle)),
+        math.ceil(centre + length * math.sin(angle)),
+    )
     canvas = Image.new("L", (fine_size, fine_size), 0)
     ImageDraw.Draw(canvas).line(
         [(centre, centre), end], fill=255, width=max(1, round(style.thickness * aa))
