@@ -17,6 +17,7 @@ from linarena.data.pathfinder_generator import (
     render_sample,
 )
 from linarena.data.pathfinder_render import contour_counts, sample_label
+from linarena.data.pathfinder_stencils import STYLES, paddle_stencil
 
 CASES = [(32, "curv_baseline"), (32, "curv_contour_length_14"), (128, "curv_contour_length_9")]
 
@@ -67,6 +68,26 @@ def test_contours_are_chains_of_dashes_that_turn_at_most_as_continuity_allows(
         gaps = np.concatenate(gaps)
         assert np.all(gaps > 0) and np.all(gaps <= 2 * margin + 3), "dashes, not a line"
         assert 2 * margin - 1 <= gaps.mean() <= 2 * margin + 1.5
+
+
+def test_contours_start_only_in_directions_the_original_can_start_them() -> None:
+    # The original's seed test (an OpenCV dilation, whose -inf border it reads as "no room")
+    # passes for these directions only; counted by running its code on an empty image.
+    def seedable(resolution: int, margin: int) -> list[int]:
+        style = STYLES[resolution]
+        return [
+            d for d in range(-180, 180) if paddle_stencil(style, margin, d * math.pi / 180).seedable
+        ]
+
+    assert seedable(32, 1) == list(range(-150, -120))
+    assert len(seedable(128, 2)) == 354 and len(seedable(128, 3)) == 360
+    for index in range(6):
+        sample = render_sample(index, 32, "curv_contour_length_14", seed=8)
+        first = [contour[0, 1] - contour[0, 0] for contour in sample.contours]
+        degrees = [math.degrees(math.atan2(y, x)) for x, y in first]
+        targets, distractors = degrees[:2], degrees[2:]
+        assert any(-150.5 < d < -120.5 for d in targets), targets
+        assert all(-150.5 < d < -120.5 for d in distractors), distractors
 
 
 def test_labels_are_exactly_balanced_in_random_order() -> None:
