@@ -2,8 +2,8 @@
 
     PYTHONPATH=src python scripts/pathfinder_statistics.py --out docs/pathfinder/statistics.csv
 
-One row per (resolution, difficulty): ink (fraction of non-zero pixels, and of pixels >= 64),
-marker distance per label, the held-out accuracy of rules fitted on the marker distance and on
+One row per (resolution, difficulty): the shares of non-zero, faint (1 to 6) and above-128
+pixels (``pathfinder_cues.pixel_shares``), marker distance per label, the held-out accuracy of rules fitted on the marker distance and on
 the ink count (``linarena.data.pathfinder_cues``; chance is 0.5), and the CPU time per image.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from linarena.data.pathfinder_cues import cue_accuracies, cues
+from linarena.data.pathfinder_cues import cue_accuracies, cues, pixel_shares
 from linarena.data.pathfinder_generator import render_sample
 from linarena.files import write_text_atomic
 
@@ -40,8 +40,7 @@ def row(resolution: int, difficulty: str, num_images: int, seed: int) -> dict:
         "difficulty": difficulty,
         "num_images": num_images,
         "seed": seed,
-        "ink_fraction": np.mean(images > 0),
-        "bright_fraction": np.mean(images >= 64),
+        **pixel_shares(images),
     }
     for label in (0, 1):
         result[f"marker_distance_mean_label{label}"] = distance[labels == label].mean()

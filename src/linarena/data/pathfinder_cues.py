@@ -43,6 +43,16 @@ def interval_rule_accuracy(
     return float(np.mean(predicted == test_y.astype(bool)))
 
 
+def pixel_shares(images: np.ndarray) -> dict[str, float]:
+    """Shares of the pixels of uint8 images (n, height, width) that are non-zero ("ink"),
+    faint (1 to 6: the filter's anti-aliasing tails) and above 128."""
+    return {
+        "ink_fraction": float(np.mean(images > 0)),
+        "faint_fraction": float(np.mean((images >= 1) & (images <= 6))),
+        "above_128_fraction": float(np.mean(images > 128)),
+    }
+
+
 def cues(samples: list[PathfinderSample]) -> dict[str, np.ndarray]:
     """Per image: the distance between the two markers (px) and the ink (non-zero pixels)."""
     return {

@@ -21,10 +21,10 @@ resolution  paddle  margin  thickness  marker r.  seed d  cont  distractor  cont
 
 Contour length (paddles per target) is 6, 9 or 14 for ``curv_baseline``,
 ``curv_contour_length_9`` and ``curv_contour_length_14``; distractors have
-``contour_length // 3`` paddles and there are ``budget // distractor_length`` of them (fewer when
-the image is full). Paddles are drawn at 2x and shrunk with an 8-bit Lanczos filter; markers are
-discs drawn the same way; the image is the maximum of all of them, scaled so that its brightest
-pixel is 255, saved as 8-bit grey PNG.
+``contour_length // 3`` paddles and there are at most ``budget // distractor_length`` of them
+(at 32 px most fail to start, as in the original: ``pathfinder_curves``). Paddles are drawn at
+2x and shrunk with an 8-bit Lanczos filter; markers are discs drawn the same way; the image is
+the maximum of all of them, scaled so that its brightest pixel is 255, saved as 8-bit grey PNG.
 
 Labels are exactly balanced: images 2j and 2j+1 get labels {0, 1} in a random order, so any range
 of images starting at an even index with an even count is exactly 50/50. Image i depends only on
@@ -66,7 +66,7 @@ __all__ = [
 
 # Stored in the marker files and in the data cache keys: bump it whenever the images a seed
 # produces change, so that neither generated folders nor tensor caches of older ones are reused.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 _GENERATOR = {"generator": "linarena.data.pathfinder_generator", "version": GENERATOR_VERSION}
 _COMPLETE, _IN_PROGRESS = ".complete", ".in_progress"
 

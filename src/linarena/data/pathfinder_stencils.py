@@ -57,14 +57,16 @@ class PaddleStencil:
     """One paddle drawn from the centre pixel: line and masks, each (2n + 1, 2n + 1) float32.
 
     line: grey level (1 = full white before contrast). mask: occupancy. near: the mask dilated
-    by a disc of radius margin (where a next paddle's far end may not go). core: offsets
-    (K, 2) as (row, col) of the pixels where the mask is full, relative to the anchor.
+    by a disc of radius margin (where a next paddle's far end may not go). seed_offsets: (K, 2)
+    (row, col) offsets from a contour's first pixel of the cells that must be free for the
+    contour to start with this paddle. seedable: whether a contour can start with it at all.
     """
 
     line: np.ndarray
     mask: np.ndarray
     near: np.ndarray
-    core: np.ndarray
+    seed_offsets: np.ndarray
+    seedable: bool
 
 
 def _disc_offsets(radius: float) -> np.ndarray:
@@ -92,6 +94,37 @@ def _shrink(fine: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(small, dtype=np.float32) / 255.0
 
 
+def _seed_offsets(style: PathfinderStyle, margin: int, small_mask: np.ndarray) -> np.ndarray:
+    """Cells tested before a contour starts with a paddle whose mask is ``small_mask``.
+
+    The original marks a first pixel as taken by dilating the occupancy with the paddle's
+    full-mask pixels, taken from a window of 2 (length + margin) + 1 px whose centre is one
+    pixel up and left of the paddle's start (so the cells tested sit one pixel down and right
+    of the paddle), and cut to that window.
+    """
+    k = small_mask.shape[0] // 2
+    reach = style.paddle_length + margin
+    offsets = np.argwhere(small_mask >= 254.5 / 255) - k
+    inside = np.all((offsets >= -reach - 1) & (offsets <= reach - 1), axis=1)
+    return offsets[inside] + 1
+
+
+def _seedable(seed_offsets: np.ndarray) -> bool:
+    """Whether the original's seed dilation leaves the image without a -inf pixel.
+
+    OpenCV's dilation pads the image with -inf; a pixel near a corner whose tested cells all
+    fall outside the image gets -inf, and the original then finds no free pixel at all (its
+    check for negative occupancy) and gives the contour up. At 32 px this keeps only first
+    paddles pointing up and to the left (-150 to -121 degrees); at 128 px nearly all.
+    """
+    rows, cols = seed_offsets[:, 0], seed_offsets[:, 1]
+    return all(
+        np.any((sign_row * rows >= 0) & (sign_col * cols >= 0))
+        for sign_row in (-1, 1)
+        for sign_col in (-1, 1)
+    )
+
+
 @cache
 def paddle_stencil(style: PathfinderStyle, margin: int, angle: float) -> PaddleStencil:
     """The paddle drawn ``paddle_length`` px from the centre pixel in direction ``angle``.
@@ -100,35 +133,48 @@ def paddle_stencil(style: PathfinderStyle, margin: int, angle: float) -> PaddleS
     (row, col) + paddle_length * (sin angle, cos angle).
     """
     n, aa = style.stencil_radius(margin), style.aa_scale
-    # As in the original: a fine canvas of 2 n aa + 1 pixels with the anchor on its centre
-    # pixel, shrunk to 2 n + 1 pixels, which puts the anchor on the centre of the centre pixel.
-    fine_size, centre = 2 * n * aa + 1, n * aa
-    canvas = Image.new("L", (fine_size, fine_size), 0)
+    # As in the original: a fine canvas of 2 k aa + 1 pixels reaching paddle_length +
+    # thickness + margin px around the anchor, which sits on its centre pixel, with the far end
+    # rounded up to whole fine pixels; shrunk to 2 k + 1 pixels (a factor a little under aa).
+    k = style.paddle_length + math.ceil(style.thickness) + margin
+    fine_size, centre = 2 * k * aa + 1, k * aa
     length = style.paddle_length * aa
-    end = (centre + length * math.cos(angle), centre + length * math.sin(angle))
+    end = (
+        math.ceil(centre + length * math.cos(angle)),
+        math.ceil(centre + length * math.sin(angle)),
+    )
+    canvas = Image.new("L", (fine_size, fine_size), 0)
     ImageDraw.Draw(canvas).line(
         [(centre, centre), end], fill=255, width=max(1, round(style.thickness * aa))
     )
     fine = np.asarray(canvas)
     thick = dilate((fine > 0).astype(np.uint8), margin * aa) * np.uint8(255)
-    # The original shrinks the line on a canvas reaching only paddle_length + thickness +
-    # margin px around the anchor, which cuts the filter's ringing there.
-    k = style.paddle_length + math.ceil(style.thickness) + margin
-    inner = slice(centre - k * aa, centre + k * aa + 1)
+    small_line, small_mask = _shrink(fine, 2 * k + 1), _shrink(thick, 2 * k + 1)
     line = np.zeros((2 * n + 1, 2 * n + 1), dtype=np.float32)
-    line[n - k : n + k + 1, n - k : n + k + 1] = _shrink(fine[inner, inner], 2 * k + 1)
-    mask = _shrink(thick, 2 * n + 1)
-    core = np.argwhere(mask >= 254.5 / 255) - n
-    return PaddleStencil(line=line, mask=mask, near=dilate(mask, margin), core=core)
+    mask = np.zeros_like(line)
+    line[n - k : n + k + 1, n - k : n + k + 1] = small_line
+    mask[n - k : n + k + 1, n - k : n + k + 1] = small_mask
+    seed_offsets = _seed_offsets(style, margin, small_mask)
+    return PaddleStencil(
+        line=line,
+        mask=mask,
+        near=dilate(mask, margin),
+        seed_offsets=seed_offsets,
+        seedable=_seedable(seed_offsets),
+    )
 
 
 @cache
 def marker_stencil(style: PathfinderStyle) -> np.ndarray:
-    """A marker disc centred on the centre pixel: (2n + 1, 2n + 1) float32 in [0, 1]."""
+    """A marker disc on the centre pixel: (2n + 1, 2n + 1) float32 in [0, 1].
+
+    As in the original, the disc is centred on the first fine pixel of the centre pixel, a
+    quarter pixel up and left of its middle at aa_scale 2.
+    """
     aa = style.aa_scale
     n = math.ceil(style.marker_radius) + 3
     size = 2 * n + 1
-    centre = (n + 0.5) * aa - 0.5
+    centre = n * aa
     rows, cols = np.mgrid[: size * aa, : size * aa]
     disc = (rows - centre) ** 2 + (cols - centre) ** 2 <= (style.marker_radius * aa) ** 2
     return _shrink(disc.astype(np.uint8) * np.uint8(255), size)
