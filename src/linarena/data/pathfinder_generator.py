@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
-from tqdm.auto import tqdm
 
 from linarena.data.pathfinder_render import (
     DIFFICULTIES,
@@ -51,6 +50,7 @@ from linarena.data.pathfinder_render import (
     contour_counts,
     render_sample,
 )
+from linarena.data.progress import progress as progress_bar
 from linarena.files import atomic_path, build_lock, remove_stale_temps, write_text_atomic
 from linarena.system import available_cpus
 
@@ -230,13 +230,13 @@ def generate_pathfinder(
             if not metadata_files[k].exists()
         ]
         done = num_images - sum(job.stop - job.start for job in jobs)
-        with tqdm(
+        with progress_bar(
             total=num_images,
-            initial=done,
             unit="img",
             disable=not progress,
             desc=f"pathfinder{resolution}/{difficulty}",
         ) as bar:
+            bar.update(done)
             for count in _run_jobs(jobs, workers):
                 bar.update(count)
         write_text_atomic(base / _COMPLETE, json.dumps(params))
