@@ -1,8 +1,8 @@
-"""scripts/compare.py on fake summary.json files with known numbers."""
+"""scripts/compare.py (linarena.analysis.compare) on fake summary.json files with known numbers,
+and on a summary.json as the first schema version wrote it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from linarena.analysis.compare import main
 from linarena.analysis.runs import record_from_wandb_run, wandb_filters
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # (task, attention) -> per-seed (test/acc, tokens/s, peak MB); params fixed per attention.
 RUNS = {
@@ -26,13 +27,6 @@ RUNS = {
     ("text", "performer"): [(0.65, 400.0, 40.0)],  # a single seed: no std
 }
 PARAMS = {"softmax": 1000, "performer": 1256}
-
-
-def load_compare():
-    spec = importlib.util.spec_from_file_location("compare", REPO_ROOT / "scripts" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def summary(task: str, attention: str, seed: int, acc: float, tps: float, mem: float) -> dict:
@@ -64,7 +58,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 def run_compare(*argv: str) -> int:
-    return load_compare().main([str(a) for a in argv])
+    return main([str(a) for a in argv])
 
 
 def test_table_has_seed_means_and_sample_std(runs_dir: Path, tmp_path: Path) -> None:
@@ -149,7 +143,8 @@ def test_missing_metric_and_missing_folder_are_explained(tmp_path: Path, capsys)
     del broken["metrics"]["test/acc"]
     (tmp_path / "summary.json").write_text(json.dumps(broken))
     assert run_compare("--runs", tmp_path, "--out", tmp_path / "out") == 2
-    assert "metric 'test/acc' is missing" in capsys.readouterr().err
+    assert ("metric 'test/acc' is absent although schema version 1 always has it"
+            in capsys.readouterr().err)
     assert run_compare("--runs", tmp_path / "nope", "--out", tmp_path / "out") == 2
     assert "no such folder" in capsys.readouterr().err
 
@@ -162,7 +157,8 @@ def test_wandb_runs_map_to_records_and_filters() -> None:
     )
     record = record_from_wandb_run(run)
     assert (record.task, record.attention, record.seed) == ("listops", "cosformer", 2)
-    assert record.test_acc == pytest.approx(0.37) and record.params == 4321
+    assert record.metrics["test/acc"] == pytest.approx(0.37)
+    assert record.metrics["model/params"] == 4321
     renamed = SimpleNamespace(**{**vars(run), "name": "sweep-7"})
     with pytest.raises(ValueError, match="no task/attention/seed"):
         record_from_wandb_run(renamed)
@@ -172,18 +168,6 @@ def test_wandb_runs_map_to_records_and_filters() -> None:
     query = wandb_filters({"group": "text", "tags": "final", "attention": "elu", "seed": 1})
     assert query == {"state": "finished", "group": "text", "tags": {"$in": ["final"]},
                      "config.attention": "elu", "config.seed": 1}
-
-
-def test_scatter_labels_of_coinciding_points_are_stacked() -> None:
-    """MQAR's three linear variants sit at nearly the same point: their labels get three lines,
-    while a distant point keeps the first line."""
-    from linarena.analysis.plots import label_rows
-
-    tokens_per_sec = np.array([150_000.0, 110_000.0, 114_000.0, 109_000.0])
-    accuracy = np.array([99.99, 12.1, 12.3, 12.4])
-    rows = label_rows(tokens_per_sec, accuracy)
-    assert rows[0] == 0
-    assert sorted(rows[1:]) == [0, 1, 2]
 
 
 def test_debug_runs_are_left_out_unless_asked_for(runs_dir: Path, tmp_path: Path, capsys) -> None:
@@ -221,7 +205,7 @@ def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.Mon
 
     from linarena.analysis.plots import plot_accuracy_vs_throughput
 
-    table = pd.DataFrame({"attention": ["softmax", "elu"], "n": [3, 3],
+    table = pd.DataFrame({"sweep": ["runs", "runs"], "attention": ["softmax", "elu"], "n": [3, 3],
                           "test_acc_pct_mean": [1.0, 50.0], "test_acc_pct_std": [3.0, 1.0],
                           "tokens_per_sec_mean": [100.0, 200.0],
                           "tokens_per_sec_std": [10.0, 10.0],
@@ -234,5 +218,5 @@ def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.Mon
         return errorbar(self, x, y, *args, yerr=yerr, **kwargs)
 
     monkeypatch.setattr(Axes, "errorbar", recording)
-    plot_accuracy_vs_throughput(table, "t", tmp_path / "scatter.png")
+    plot_accuracy_vs_throughput(table, "t", "runs", tmp_path / "scatter.png")
     assert lower_ends == [0.0, 49.0]
