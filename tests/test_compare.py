@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -220,3 +219,116 @@ def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(Axes, "errorbar", recording)
     plot_accuracy_vs_throughput(table, "t", "runs", tmp_path / "scatter.png")
     assert lower_ends == [0.0, 49.0]
+
+
+def test_a_summary_of_the_first_schema_version_is_read(tmp_path: Path) -> None:
+    """tests/fixtures/summary_v1.json was written by train.py before schema_version existed."""
+    fixture = json.loads((FIXTURES / "summary_v1.json").read_text())
+    assert "schema_version" not in fixture
+    run = tmp_path / "runs" / "old"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(fixture))
+    out = tmp_path / "out"
+    assert run_compare("--runs", tmp_path / "runs", "--out", out, "--debug") == 0
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert (row["task"], row["attention"], row["n"]) == ("listops_small", "softmax", 1)
+    assert row["test_acc_pct_mean"] == pytest.approx(100 * fixture["metrics"]["test/acc"])
+    assert row["params_mean"] == fixture["metrics"]["model/params"]
+
+
+def test_a_diverged_run_is_counted_as_failed_not_dropped(
+    runs_dir: Path, tmp_path: Path, capsys
+) -> None:
+    diverged = runs_dir / "2025-01-01" / "99"
+    diverged.mkdir()
+    broken = summary("listops", "softmax", 4, 0.0, 1.0, 1.0)
+    broken["metrics"]["test/acc"] = None  # NaN, as summary.json writes it
+    (diverged / "summary.json").write_text(json.dumps(broken))
+    out = tmp_path / "out"
+    assert run_compare("--runs", runs_dir, "--out", out) == 0
+    printed = capsys.readouterr().out
+    assert "1 run(s) failed" in printed and str(diverged / "summary.json") in printed
+    table = pd.read_csv(out / "results.csv").set_index(["task", "attention"])
+    row = table.loc[("listops", "softmax")]
+    assert (row["n"], row["n_failed"]) == (3, 1)
+    assert row["test_acc_pct_mean"] == pytest.approx(35.0)  # the mean of the finished runs
+    assert table.loc[("text", "softmax"), "n_failed"] == 0
+    assert "| listops | softmax | 3 | 1 | 35.00 ± 5.00 |" in (out / "results.md").read_text()
+
+
+def test_a_metric_is_one_registry_entry(
+    runs_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new metric declared once is written to summary.json, compared (column, digits) and
+    in the W&B comparison row; summaries older than it still compare when it is optional."""
+    from linarena import metrics
+    from linarena.training.summary import comparison_row
+
+    new = metrics.Metric("perf/ms_per_step", in_summary=True, name="ms_per_step",
+                         column="ms/step", digits=1)
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, new))
+    block = metrics.metrics_block({"perf/ms_per_step": 12.34, "test/acc": 0.5})
+    assert block["perf/ms_per_step"] == 12.34
+    assert comparison_row({"task": "t", "attention": "a", "seed": 1, "metrics": block}) \
+        ["perf/ms_per_step"] == 12.34
+    path = runs_dir / "2025-01-01" / "0" / "summary.json"
+    one = json.loads(path.read_text())
+    one["metrics"]["perf/ms_per_step"] = 12.34
+    path.write_text(json.dumps(one))
+    out = tmp_path / "out"
+    assert run_compare("--runs", runs_dir, "--out", out) == 0
+    table = pd.read_csv(out / "results.csv").set_index(["task", "attention"])
+    assert table.loc[("listops", "softmax"), "ms_per_step_mean"] == pytest.approx(12.34)
+    assert math.isnan(table.loc[("text", "softmax"), "ms_per_step_mean"])  # older summaries
+    markdown = (out / "results.md").read_text()
+    assert "| ms/step |" in markdown and "| 12.3 |" in markdown
+
+
+def test_a_required_metric_missing_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from linarena import metrics
+
+    new = metrics.Metric("perf/ms_per_step", in_summary=True, required=True,
+                         name="ms_per_step", column="ms/step", since=3)
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, new))
+    monkeypatch.setattr("linarena.analysis.runs.SCHEMA_VERSION", 3)
+    (tmp_path / "summary.json").write_text(json.dumps(summary("text", "softmax", 1, 0.5, 1.0, 1.0)))
+    assert run_compare("--runs", tmp_path, "--out", tmp_path / "out") == 2
+    assert ("metric 'perf/ms_per_step' is absent: this summary has schema version 1, older "
+            "than the metric (version 3)") in capsys.readouterr().err
+
+
+def test_a_summary_that_is_not_an_object_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    (tmp_path / "summary.json").write_text("[]")
+    assert run_compare("--runs", tmp_path, "--out", tmp_path / "out") == 2
+    assert "not a linarena summary.json (a JSON list, not an object)" in capsys.readouterr().err
+
+
+def test_plots_keep_colours_and_a_readable_size(tmp_path: Path) -> None:
+    """Each attention has one colour whatever else is plotted; a long sweep label is wrapped,
+    not a figure thousands of pixels wide; an Optuna-like folder of one-run sweeps is one plot
+    with numbered points."""
+    from linarena.analysis.compare import write_plots
+    from linarena.analysis.plots import attention_color
+
+    assert attention_color("elu") == attention_color("elu")
+    assert len({attention_color(name) for name in ("softmax", "elu", "performer")}) == 3
+    long = "multiruns/2025-01-01_10-00-00: " + " ".join(
+        f"model.setting_{i}=0.0031622776601683794" for i in range(12))
+    trials = [f"multiruns/2025-02-02_10-00-00: optim.lr={lr}" for lr in (0.001, 0.003, 0.01)]
+    rows = [{"sweep": sweep, "task": "text", "attention": attention, "n": 1, "n_failed": 0,
+             "test_acc_pct_mean": acc, "test_acc_pct_std": float("nan"),
+             "tokens_per_sec_mean": tps, "tokens_per_sec_std": float("nan"),
+             "peak_memory_mb_mean": 100.0, "peak_memory_mb_std": float("nan"),
+             "params_mean": 1.0, "params_std": float("nan")}
+            for sweep, attention, acc, tps in [(long, "softmax", 60.0, 1000.0),
+                                               (long, "elu", 55.0, 3000.0),
+                                               *((t, "elu", 50.0 + i, 2000.0 + 100 * i)
+                                                 for i, t in enumerate(trials))]]
+    listing = write_plots(pd.DataFrame(rows), tmp_path)
+    assert len(listing) == 2 and sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "scatter_1_text.png", "scatter_2_text.png"]
+    for path in tmp_path.glob("*.png"):
+        with Image.open(path) as image:
+            assert image.width < 1200 and image.height < 900, (path.name, image.size)

@@ -21,6 +21,7 @@ from matplotlib.ticker import (
 from linarena.analysis.order import ATTENTION_ORDER, attention_label, attention_sort_key
 from linarena.files import write_atomic
 from linarena.metrics import PEAK_MEMORY_MB, TEST_ACC, TOKENS_PER_SEC
+from linarena.training.summary import round_floats
 
 WHAT_TITLES = {
     "model_step": "training step (fwd + bwd + AdamW)",
@@ -136,9 +137,10 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
         color = attention_color(row["attention"])
         acc, acc_std = row[acc_col], _zero_if_nan(row.get(f"{TEST_ACC.name}_std"))
         tps, tps_std = row[tps_col], _zero_if_nan(row.get(f"{TOKENS_PER_SEC.name}_std"))
-        ax.errorbar(tps, acc, xerr=[[min(tps_std, 0.99 * tps)], [tps_std]],  # > 0 on a log axis
-                    yerr=[[min(acc_std, acc)], [min(acc_std, 100.0 - acc)]],
-                    fmt="none", ecolor=color, capsize=3, alpha=0.8)
+        if acc_std or tps_std:  # a single seed has no bars (not a cross of empty ones)
+            ax.errorbar(tps, acc, xerr=[[min(tps_std, 0.99 * tps)], [tps_std]],  # > 0 on log
+                        yerr=[[min(acc_std, acc)], [min(acc_std, 100.0 - acc)]],
+                        fmt="none", ecolor=color, capsize=3, alpha=0.8)
         ax.scatter(tps, acc, s=size, color=color, alpha=0.6, edgecolors="black",
                    linewidths=0.5)
         if numbered:
@@ -159,7 +161,7 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
     ax.set_ylabel("test accuracy (%)")
     title = f"{task}: accuracy vs throughput\n{short_text(folder, lines=1)}"
     if len(sweeps) == 1 and ": " in sweeps[0]:
-        title += "\n" + short_text(sweeps[0].split(": ", 1)[1])
+        title += "\n" + short_text(_settings(sweeps[0]))
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.margins(0.15)
@@ -175,7 +177,9 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
 
 
 def _settings(sweep: str) -> str:
-    return sweep.split(": ", 1)[1] if ": " in sweep else "(no overrides)"
+    """The overrides part of a sweep label, long decimals rounded (labels written before they
+    were rounded at the start of a run)."""
+    return round_floats(sweep.split(": ", 1)[1]) if ": " in sweep else "(no overrides)"
 
 
 def _log_throughput_axis(ax: Axes, tokens_per_sec: np.ndarray) -> None:
