@@ -31,7 +31,9 @@ class Metric:
         required: the comparison needs it (a summary.json without it cannot be compared);
             optional ones may be absent, e.g. from summaries older than the metric.
         name: the comparison's column stem (results.csv: <name>_mean, <name>_std); None: not
-            a column of the comparison.
+            a column of the comparison table.
+        in_row: in the per-run comparison row (W&B "comparison" table, pinned dashboard
+            columns) although not a column of the comparison table.
         column: the comparison table's Markdown header.
         digits: decimals in the Markdown table.
         scale: factor from the stored value to the table's (100 for a fraction shown in %).
@@ -50,6 +52,7 @@ class Metric:
     scale: float = 1.0
     integer: bool = False
     progress: tuple[str, str] | None = None
+    in_row: bool = False
     since: int = 1
 
 
@@ -63,7 +66,7 @@ PARAMS = Metric("model/params", in_summary=True, required=True, name="params", c
                 integer=True)
 TEST_LOSS = Metric("test/loss", in_summary=True)
 SAMPLES_PER_SEC = Metric("perf/samples_per_sec", in_summary=True)
-VAL_ACC_BEST = Metric("val/acc_best", in_summary=True, progress=("best", ".3f"))
+VAL_ACC_BEST = Metric("val/acc_best", in_summary=True, in_row=True, progress=("best", ".3f"))
 VAL_ACC = Metric("val/acc", wandb_summary="max", progress=("val_acc", ".3f"))
 
 METRICS: tuple[Metric, ...] = (
@@ -88,6 +91,11 @@ def summary_metrics() -> tuple[Metric, ...]:
 def compared_metrics() -> tuple[Metric, ...]:
     """The metrics that are columns of the comparison (table, CSV, W&B comparison row)."""
     return tuple(m for m in METRICS if m.name is not None)
+
+
+def row_metrics() -> tuple[Metric, ...]:
+    """The metrics of a run's comparison row: the compared ones and those marked in_row."""
+    return tuple(m for m in METRICS if m.name is not None or m.in_row)
 
 
 def progress_metrics() -> tuple[Metric, ...]:

@@ -23,7 +23,7 @@ from linarena.metrics import (
     TEST_ACC,
     TOKENS_PER_SEC,
     VAL_ACC,
-    compared_metrics,
+    row_metrics,
 )
 from linarena.training.summary import NAME_COLUMNS
 from linarena.training.wandb_run import COMPARISON_KEY
@@ -69,7 +69,7 @@ def task_view(entity: str, project: str, task: str) -> Any:
             filters=f"Config('task') = '{task}' and Metric('Group') != 'debug'",
             # The comparison columns: the run's names (config), then the compared metrics.
             pinned_columns=[*(f"config:{c}" for c in NAME_COLUMNS),
-                            *(f"summary:{m.key}" for m in compared_metrics())],
+                            *(f"summary:{m.key}" for m in row_metrics())],
         ),
     )
 

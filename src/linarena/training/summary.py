@@ -18,8 +18,8 @@ from linarena.metrics import (
     TEST_ACC,
     TOKENS_PER_SEC,
     VAL_ACC_BEST,
-    compared_metrics,
     metrics_block,
+    row_metrics,
 )
 
 SUMMARY_FILE = "summary.json"
@@ -138,9 +138,9 @@ def build_summary(cfg: DictConfig, precision: str, metrics: dict[str, Any],
 
 
 def comparison_row(summary: dict[str, Any]) -> dict[str, Any]:
-    """The run's row of the comparison: task, attention, seed, then the compared metrics."""
+    """The run's comparison row: task, attention, seed, then linarena.metrics.row_metrics."""
     return {**{key: summary[key] for key in NAME_COLUMNS},
-            **{m.key: summary["metrics"].get(m.key) for m in compared_metrics()}}
+            **{m.key: summary["metrics"].get(m.key) for m in row_metrics()}}
 
 
 def results_line(summary: dict[str, Any]) -> str:
