@@ -172,12 +172,12 @@ def wandb_logger(
     tags: Iterable[str] = (),
     extra_tags: Iterable[str] = (),
     **kwargs: Any,
-) -> WandbLogger:
-    """The WandbLogger conf/logger/wandb.yaml builds (its other keys are WandbLogger and
-    wandb.init arguments). `ckpt_path` is the run's ckpt_path (a resume keeps the W&B run id);
-    `tags` the user's, `extra_tags` the run's names. The mode is passed to wandb.init rather than
-    as `offline=`, which would set WANDB_MODE for the whole process (and every later job of a
-    multirun)."""
+) -> StepWandbLogger:
+    """The logger conf/logger/wandb.yaml builds (its other keys are wandb.init arguments and
+    LOGGER_ONLY_KEYS); on rank 0 it starts the W&B run. `ckpt_path` is the run's ckpt_path (a
+    resume keeps the W&B run id); `tags` the user's, `extra_tags` the run's names. The mode is
+    passed to wandb.init rather than as `offline=`, which would set WANDB_MODE for the whole
+    process (and every later job of a multirun)."""
     check_wandb_keys([*kwargs, "save_dir", "tags"])
     if wandb.run is not None:  # left over by a job of this process that failed before finishing
         wandb.finish(exit_code=1)
