@@ -107,13 +107,21 @@ def test_resume_switches_from_wandb_to_csv_and_keeps_its_sweep(
     tmp_path: Path, data_dir: Path
 ) -> None:
     """A job of a W&B multirun, resumed with logger=csv as the README allows: it trains on,
-    logs to CSV, and stays in its sweep."""
+    logs to CSV, and stays in its sweep (also when its saved config names the W&B callback
+    that older versions used)."""
     started = run_train(["-m", "debug=smoke", "attention=softmax", "logger=wandb",
                          "trainer.max_steps=4"], tmp_path, data_dir)
     assert started.returncode == 0, started.stderr[-3000:]
     (summary_path,) = (tmp_path / "outputs" / "multiruns").rglob("summary.json")
     before = json.loads(summary_path.read_text())
     assert before["wandb"] is not None
+    # As saved by runs started before the W&B summary became the logger's hook: a callback.
+    saved = summary_path.parent / ".hydra" / "config.yaml"
+    config = yaml.safe_load(saved.read_text())
+    config["callbacks"]["wandb_summary"] = {
+        "_target_": "linarena.training.wandb_summary.WandbSummary", "task": "listops_small",
+        "attention": "softmax", "seed": 1}
+    saved.write_text(yaml.safe_dump(config))
     resumed = run_train(["ckpt_path=last", f"hydra.run.dir={summary_path.parent}", "logger=csv",
                          "trainer.max_steps=6"], tmp_path, data_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
