@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from matplotlib.axes import Axes
 from PIL import Image
 
 from linarena.analysis.compare import write_plots
@@ -15,7 +16,6 @@ from linarena.analysis.plots import attention_color, plot_accuracy_vs_throughput
 
 def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run at 1% accuracy with a 3-point std: the lower bar ends at 0, not at -2%."""
-    from matplotlib.axes import Axes
 
 
     table = pd.DataFrame({"sweep": ["runs", "runs"], "attention": ["softmax", "elu"], "n": [3, 3],
