@@ -16,8 +16,6 @@ from linarena.analysis.plots import attention_color, plot_accuracy_vs_throughput
 
 def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run at 1% accuracy with a 3-point std: the lower bar ends at 0, not at -2%."""
-
-
     table = pd.DataFrame({"sweep": ["runs", "runs"], "attention": ["softmax", "elu"], "n": [3, 3],
                           "test_acc_pct_mean": [1.0, 50.0], "test_acc_pct_std": [3.0, 1.0],
                           "tokens_per_sec_mean": [100.0, 200.0],
