@@ -1,22 +1,22 @@
-"""scripts/compare.py on fake summary.json files with known numbers."""
+"""scripts/compare.py (linarena.analysis.compare) on fake summary.json files with known numbers,
+and on a summary.json as the first schema version wrote it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
 
+from linarena.analysis.compare import main
 from linarena.analysis.runs import record_from_wandb_run, wandb_filters
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # (task, attention) -> per-seed (test/acc, tokens/s, peak MB); params fixed per attention.
 RUNS = {
@@ -26,13 +26,6 @@ RUNS = {
     ("text", "performer"): [(0.65, 400.0, 40.0)],  # a single seed: no std
 }
 PARAMS = {"softmax": 1000, "performer": 1256}
-
-
-def load_compare():
-    spec = importlib.util.spec_from_file_location("compare", REPO_ROOT / "scripts" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def summary(task: str, attention: str, seed: int, acc: float, tps: float, mem: float) -> dict:
@@ -64,7 +57,7 @@ def runs_dir(tmp_path: Path) -> Path:
 
 
 def run_compare(*argv: str) -> int:
-    return load_compare().main([str(a) for a in argv])
+    return main([str(a) for a in argv])
 
 
 def test_table_has_seed_means_and_sample_std(runs_dir: Path, tmp_path: Path) -> None:
@@ -149,7 +142,8 @@ def test_missing_metric_and_missing_folder_are_explained(tmp_path: Path, capsys)
     del broken["metrics"]["test/acc"]
     (tmp_path / "summary.json").write_text(json.dumps(broken))
     assert run_compare("--runs", tmp_path, "--out", tmp_path / "out") == 2
-    assert "metric 'test/acc' is missing" in capsys.readouterr().err
+    assert ("metric 'test/acc' is absent although schema version 1 always has it"
+            in capsys.readouterr().err)
     assert run_compare("--runs", tmp_path / "nope", "--out", tmp_path / "out") == 2
     assert "no such folder" in capsys.readouterr().err
 
@@ -162,7 +156,8 @@ def test_wandb_runs_map_to_records_and_filters() -> None:
     )
     record = record_from_wandb_run(run)
     assert (record.task, record.attention, record.seed) == ("listops", "cosformer", 2)
-    assert record.test_acc == pytest.approx(0.37) and record.params == 4321
+    assert record.metrics["test/acc"] == pytest.approx(0.37)
+    assert record.metrics["model/params"] == 4321
     renamed = SimpleNamespace(**{**vars(run), "name": "sweep-7"})
     with pytest.raises(ValueError, match="no task/attention/seed"):
         record_from_wandb_run(renamed)
@@ -172,18 +167,6 @@ def test_wandb_runs_map_to_records_and_filters() -> None:
     query = wandb_filters({"group": "text", "tags": "final", "attention": "elu", "seed": 1})
     assert query == {"state": "finished", "group": "text", "tags": {"$in": ["final"]},
                      "config.attention": "elu", "config.seed": 1}
-
-
-def test_scatter_labels_of_coinciding_points_are_stacked() -> None:
-    """MQAR's three linear variants sit at nearly the same point: their labels get three lines,
-    while a distant point keeps the first line."""
-    from linarena.analysis.plots import label_rows
-
-    tokens_per_sec = np.array([150_000.0, 110_000.0, 114_000.0, 109_000.0])
-    accuracy = np.array([99.99, 12.1, 12.3, 12.4])
-    rows = label_rows(tokens_per_sec, accuracy)
-    assert rows[0] == 0
-    assert sorted(rows[1:]) == [0, 1, 2]
 
 
 def test_debug_runs_are_left_out_unless_asked_for(runs_dir: Path, tmp_path: Path, capsys) -> None:
@@ -215,24 +198,85 @@ def test_published_numbers_only_beside_the_task_they_were_published_for(
     assert math.isnan(table.loc["listops_small", "published_test_acc_pct"])
 
 
-def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run at 1% accuracy with a 3-point std: the lower bar ends at 0, not at -2%."""
-    from matplotlib.axes import Axes
+def test_a_summary_of_the_first_schema_version_is_read(tmp_path: Path) -> None:
+    """tests/fixtures/summary_v1.json was written by train.py before schema_version existed."""
+    fixture = json.loads((FIXTURES / "summary_v1.json").read_text())
+    assert "schema_version" not in fixture
+    run = tmp_path / "runs" / "old"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(fixture))
+    out = tmp_path / "out"
+    assert run_compare("--runs", tmp_path / "runs", "--out", out, "--debug") == 0
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert (row["task"], row["attention"], row["n"]) == ("listops_small", "softmax", 1)
+    assert row["test_acc_pct_mean"] == pytest.approx(100 * fixture["metrics"]["test/acc"])
+    assert row["params_mean"] == fixture["metrics"]["model/params"]
 
-    from linarena.analysis.plots import plot_accuracy_vs_throughput
 
-    table = pd.DataFrame({"attention": ["softmax", "elu"], "n": [3, 3],
-                          "test_acc_pct_mean": [1.0, 50.0], "test_acc_pct_std": [3.0, 1.0],
-                          "tokens_per_sec_mean": [100.0, 200.0],
-                          "tokens_per_sec_std": [10.0, 10.0],
-                          "peak_memory_mb_mean": [10.0, 10.0]})
-    lower_ends = []
-    errorbar = Axes.errorbar
+def test_a_diverged_run_is_counted_as_failed_not_dropped(
+    runs_dir: Path, tmp_path: Path, capsys
+) -> None:
+    diverged = runs_dir / "2025-01-01" / "99"
+    diverged.mkdir()
+    broken = summary("listops", "softmax", 4, 0.0, 1.0, 1.0)
+    broken["metrics"]["test/acc"] = None  # NaN, as summary.json writes it
+    (diverged / "summary.json").write_text(json.dumps(broken))
+    out = tmp_path / "out"
+    assert run_compare("--runs", runs_dir, "--out", out) == 0
+    printed = capsys.readouterr().out
+    assert "1 run(s) failed" in printed and str(diverged / "summary.json") in printed
+    table = pd.read_csv(out / "results.csv").set_index(["task", "attention"])
+    row = table.loc[("listops", "softmax")]
+    assert (row["n"], row["n_failed"]) == (3, 1)
+    assert row["test_acc_pct_mean"] == pytest.approx(35.0)  # the mean of the finished runs
+    assert table.loc[("text", "softmax"), "n_failed"] == 0
+    assert "| listops | softmax | 3 | 1 | 35.00 ± 5.00 |" in (out / "results.md").read_text()
 
-    def recording(self, x, y, *args, yerr=None, **kwargs):
-        lower_ends.append(y - yerr[0][0])
-        return errorbar(self, x, y, *args, yerr=yerr, **kwargs)
 
-    monkeypatch.setattr(Axes, "errorbar", recording)
-    plot_accuracy_vs_throughput(table, "t", tmp_path / "scatter.png")
-    assert lower_ends == [0.0, 49.0]
+def test_a_metric_is_one_registry_entry(
+    runs_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new metric declared once is written to summary.json, compared (column, digits) and
+    in the W&B comparison row; summaries older than it still compare when it is optional."""
+    from linarena import metrics
+    from linarena.training.summary import comparison_row
+
+    new = metrics.Metric("perf/ms_per_step", in_summary=True, name="ms_per_step",
+                         column="ms/step", digits=1)
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, new))
+    block = metrics.metrics_block({"perf/ms_per_step": 12.34, "test/acc": 0.5})
+    assert block["perf/ms_per_step"] == 12.34
+    assert comparison_row({"task": "t", "attention": "a", "seed": 1, "metrics": block}) \
+        ["perf/ms_per_step"] == 12.34
+    path = runs_dir / "2025-01-01" / "0" / "summary.json"
+    one = json.loads(path.read_text())
+    one["metrics"]["perf/ms_per_step"] = 12.34
+    path.write_text(json.dumps(one))
+    out = tmp_path / "out"
+    assert run_compare("--runs", runs_dir, "--out", out) == 0
+    table = pd.read_csv(out / "results.csv").set_index(["task", "attention"])
+    assert table.loc[("listops", "softmax"), "ms_per_step_mean"] == pytest.approx(12.34)
+    assert math.isnan(table.loc[("text", "softmax"), "ms_per_step_mean"])  # older summaries
+    markdown = (out / "results.md").read_text()
+    assert "| ms/step |" in markdown and "| 12.3 |" in markdown
+
+
+def test_a_required_metric_missing_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from linarena import metrics
+
+    new = metrics.Metric("perf/ms_per_step", in_summary=True, required=True,
+                         name="ms_per_step", column="ms/step", since=3)
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, new))
+    monkeypatch.setattr("linarena.analysis.runs.SCHEMA_VERSION", 3)
+    (tmp_path / "summary.json").write_text(json.dumps(summary("text", "softmax", 1, 0.5, 1.0, 1.0)))
+    assert run_compare("--runs", tmp_path, "--out", tmp_path / "out") == 2
+    assert ("metric 'perf/ms_per_step' is absent: this summary has schema version 1, older "
+            "than the metric (version 3)") in capsys.readouterr().err
+
+
+def test_a_summary_that_is_not_an_object_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    (tmp_path / "summary.json").write_text("[]")
+    assert run_compare("--runs", tmp_path, "--out", tmp_path / "out") == 2
+    assert "not a linarena summary.json (a JSON list, not an object)" in capsys.readouterr().err

@@ -19,7 +19,6 @@ from linarena.training.wandb_run import (
     server_unreachable,
     wandb_logger,
 )
-from linarena.training.wandb_summary import METRIC_SUMMARIES
 
 # A loopback port nothing listens on (the discard port): connections are refused at once.
 CLOSED_PORT_URL = "http://127.0.0.1:9"
@@ -121,11 +120,6 @@ def test_offline_message_gives_the_sync_command() -> None:
     assert location_message(info).endswith("wandb sync /runs/x/wandb/offline-run-1-abc")
 
 
-def test_summaries_keep_the_best_validation_and_the_last_test_accuracy() -> None:
-    assert METRIC_SUMMARIES["val/acc"] == "max"
-    assert METRIC_SUMMARIES["test/acc"] == "last"
-
-
 def test_a_resumed_run_logs_at_the_training_step_and_skips_the_steps_it_already_has(
     tmp_path: Path,
 ) -> None:
@@ -142,8 +136,8 @@ def test_a_resumed_run_logs_at_the_training_step_and_skips_the_steps_it_already_
         def log(self, row: dict, step: int | None = None) -> None:
             self.rows.append((step, row))
 
-    logger = StepWandbLogger(save_dir=str(tmp_path), mode="disabled")
-    logger._experiment = run = ResumedRun()
+    run = ResumedRun()
+    logger = StepWandbLogger(save_dir=str(tmp_path), experiment=run)
     for step in range(51, 72):
         logger.log_metrics({"train/loss": 1.0}, step=step)
     assert [step for step, _ in run.rows] == [69, 70, 71]

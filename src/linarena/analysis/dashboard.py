@@ -17,14 +17,20 @@ from typing import Any
 import pandas as pd
 
 from linarena.analysis.order import attention_sort_key
-from linarena.training.wandb_summary import COMPARISON_COLUMNS, COMPARISON_KEY, STEP_METRIC
+from linarena.metrics import (
+    PEAK_MEMORY_MB,
+    STEP_KEY,
+    TEST_ACC,
+    TOKENS_PER_SEC,
+    VAL_ACC,
+    row_metrics,
+)
+from linarena.training.summary import NAME_COLUMNS
+from linarena.training.wandb_run import COMPARISON_KEY
 
 BENCHMARK_GROUP = "benchmark"
 # Keys of the benchmark runs (upload_benchmarks), one history row per sequence length.
 BENCH_LENGTH, BENCH_MEMORY, BENCH_MS = "bench/length", "bench/peak_memory_mb", "bench/ms"
-# The run-level names the comparison columns stand for: config keys, then summary metrics.
-CONFIG_COLUMNS = ("task", "attention", "seed")
-SUMMARY_COLUMNS = tuple(c for c in COMPARISON_COLUMNS if c not in CONFIG_COLUMNS)
 
 
 def _workspaces() -> tuple[Any, Any]:
@@ -40,7 +46,7 @@ def _workspaces() -> tuple[Any, Any]:
 def task_view(entity: str, project: str, task: str) -> Any:
     """The saved view of one task (a wandb_workspaces Workspace, not yet saved)."""
     ws, wr = _workspaces()
-    accuracy, throughput, memory = "test/acc", "perf/tokens_per_sec", "perf/peak_memory_mb"
+    accuracy, throughput, memory = TEST_ACC.key, TOKENS_PER_SEC.key, PEAK_MEMORY_MB.key
     attention = wr.Config("attention")
     panels = [
         wr.ScatterPlot(title=f"{task}: test accuracy vs training tokens/s", x=throughput,
@@ -48,7 +54,7 @@ def task_view(entity: str, project: str, task: str) -> Any:
         wr.BarPlot(title=f"{task}: test accuracy per attention (mean ± std over seeds)",
                    metrics=[accuracy], groupby=attention, groupby_aggfunc="mean",
                    groupby_rangefunc="stddev", orientation="v"),
-        wr.LinePlot(title=f"{task}: validation accuracy by step", x=STEP_METRIC, y=["val/acc"],
+        wr.LinePlot(title=f"{task}: validation accuracy by step", x=STEP_KEY, y=[VAL_ACC.key],
                     groupby=attention, groupby_aggfunc="mean", groupby_rangefunc="stddev"),
         wr.BarPlot(title=f"{task}: peak memory per attention (MB)", metrics=[memory],
                    groupby=attention, groupby_aggfunc="mean", groupby_rangefunc="stddev",
@@ -61,8 +67,9 @@ def task_view(entity: str, project: str, task: str) -> Any:
                              is_open=True)],
         runset_settings=ws.RunsetSettings(
             filters=f"Config('task') = '{task}' and Metric('Group') != 'debug'",
-            pinned_columns=[*(f"config:{c}" for c in CONFIG_COLUMNS),
-                            *(f"summary:{c}" for c in SUMMARY_COLUMNS)],
+            # The comparison columns: the run's names (config), then the compared metrics.
+            pinned_columns=[*(f"config:{c}" for c in NAME_COLUMNS),
+                            *(f"summary:{m.key}" for m in row_metrics())],
         ),
     )
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never needs a display
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import (
     FuncFormatter,
@@ -22,6 +20,8 @@ from matplotlib.ticker import (
 
 from linarena.analysis.order import ATTENTION_ORDER, attention_label, attention_sort_key
 from linarena.files import write_atomic
+from linarena.metrics import PEAK_MEMORY_MB, TEST_ACC, TOKENS_PER_SEC
+from linarena.training.summary import round_floats
 
 WHAT_TITLES = {
     "model_step": "training step (fwd + bwd + AdamW)",
@@ -29,17 +29,33 @@ WHAT_TITLES = {
 }
 
 
+def attention_color(name: str) -> str:
+    """A fixed colour per attention, the same in every figure: the variants in registry order
+    take the first colours of the cycle, any other name one of the rest, by its letters."""
+    if name in ATTENTION_ORDER:
+        return f"C{ATTENTION_ORDER.index(name) % 10}"
+    spare = max(10 - len(ATTENTION_ORDER), 1)
+    return f"C{(len(ATTENTION_ORDER) + sum(name.encode()) % spare) % 10}"
+
+
 def attention_colors(names: list[str]) -> dict[str, str]:
-    """A fixed colour per attention, the same in every figure."""
-    ordered = sorted(set(names) | set(ATTENTION_ORDER), key=attention_sort_key)
-    return {name: f"C{i % 10}" for i, name in enumerate(ordered)}
+    """attention_color of each name."""
+    return {name: attention_color(name) for name in names}
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
-    """Save the figure as a PNG atomically and close it."""
+def short_text(text: str, width: int = 72, lines: int = 2) -> str:
+    """`text` wrapped to `width` characters, at most `lines` lines (the rest cut with "…")."""
+    wrapped = textwrap.wrap(text, width) or [""]
+    if len(wrapped) > lines:
+        wrapped = [*wrapped[:lines - 1], wrapped[lines - 1][:width - 1] + "…"]
+    return "\n".join(wrapped)
+
+
+def _save(fig: Figure, path: Path) -> None:
+    """Save the figure as a PNG atomically. Figures are made with Figure(), not pyplot: no
+    backend or display is involved, and nothing is kept open."""
     write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=120, bbox_inches="tight"),
                  binary=True)
-    plt.close(fig)
 
 
 def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
@@ -52,7 +68,8 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
     if not whats:
         raise ValueError("no benchmark rows to plot")
     colors = attention_colors(list(rows["attention"]))
-    fig, axes = plt.subplots(len(whats), 2, figsize=(11, 4.2 * len(whats)), squeeze=False)
+    fig = Figure(figsize=(11, 4.2 * len(whats)))
+    axes = fig.subplots(len(whats), 2, squeeze=False)
     first = rows.iloc[0]
     setting = f"{first['device']}, {first['dtype']}, batch {first['batch']}"
     if first["device"] == "cpu" and "threads" in rows.columns:
@@ -93,80 +110,89 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, path: Path) -> None:
-    """Scatter of test accuracy against tokens/s for one task, marker area ~ peak memory.
+def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, path: Path) -> None:
+    """Scatter of test accuracy against tokens/s for one task and one multirun folder, marker
+    area ~ peak memory, colour = attention (attention_color).
 
-    ``table`` has one row per attention with the aggregate columns of
-    :func:`linarena.analysis.table.aggregate_runs`; error bars are the seed std (absent for
-    n=1), cut at 0% and 100%.
+    ``table`` has rows of :func:`linarena.analysis.table.aggregate_runs` (a sweep column and
+    the ``<name>_mean`` / ``_std`` columns); rows without a finished run are left out. Error bars
+    are the seed std (absent for n=1), cut at 0% and 100%. No text is drawn on the axes except a
+    sweep number beside each marker when the folder holds several sweeps (settings), e.g. the
+    trials of an Optuna search; the legend and the key under the plot say the rest.
     """
+    table = table[table["n"] > 0] if "n" in table.columns else table
     if table.empty:
         raise ValueError(f"no runs of task {task!r} to plot")
-    colors = attention_colors(list(table["attention"]))
-    memory = table["peak_memory_mb_mean"].to_numpy(dtype=float)
+    acc_col, tps_col, mem_col = (f"{m.name}_mean" for m in (TEST_ACC, TOKENS_PER_SEC,
+                                                             PEAK_MEMORY_MB))
+    memory = table[mem_col].to_numpy(dtype=float)
     # Marker area proportional to memory, the largest 900 pt^2, none smaller than 40 pt^2.
     sizes = np.maximum(900.0 * memory / np.nanmax(memory), 40.0) if np.nanmax(memory) > 0 \
         else np.full_like(memory, 200.0)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    stacking = label_rows(table["tokens_per_sec_mean"].to_numpy(dtype=float),
-                             table["test_acc_pct_mean"].to_numpy(dtype=float))
-    log_tps = np.log10(table["tokens_per_sec_mean"].to_numpy(dtype=float))
-    span = max(float(log_tps.max() - log_tps.min()), 1e-9)
-    for row, size, label_row, at in zip(table.itertuples(), sizes, stacking,
-                                        (log_tps - log_tps.min()) / span, strict=True):
-        color = colors[row.attention]
-        acc, acc_std = row.test_acc_pct_mean, _zero_if_nan(row.test_acc_pct_std)
-        tps, tps_std = row.tokens_per_sec_mean, _zero_if_nan(row.tokens_per_sec_std)
-        ax.errorbar(tps, acc, xerr=[[min(tps_std, 0.99 * tps)], [tps_std]],  # > 0 on a log axis
-                    yerr=[[min(acc_std, acc)], [min(acc_std, 100.0 - acc)]],
-                    fmt="none", ecolor=color, capsize=3, alpha=0.8)
-        ax.scatter(row.tokens_per_sec_mean, row.test_acc_pct_mean, s=size, color=color,
-                   alpha=0.6, edgecolors="black", linewidths=0.5)
-        ax.annotate(f"{row.attention}: {row.peak_memory_mb_mean:,.0f} MB (n={row.n})",
-                    (row.tokens_per_sec_mean, row.test_acc_pct_mean),
-                    textcoords="offset points", fontsize=8,
-                    # labels of the right-most points go to their left, inside the axes
-                    xytext=(-8 if at > 0.7 else 8, 8 + 11 * label_row),
-                    ha="right" if at > 0.7 else "left")
-    handles = [Line2D([], [], marker="o", linestyle="", color=colors[name], label=attention_label(name))
-               for name in table["attention"]]
-    ax.legend(handles=handles, title="attention", fontsize=8)
-    ax.set_xscale("log")
-    # Plain numbers, as many per decade as the span leaves room for; no minor labels, so
-    # nothing overprints.
-    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if span < 1 else (1.0, 2.0, 5.0) if span < 2 else (1.0,)
-    ax.xaxis.set_major_locator(LogLocator(subs=subs))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    sweeps = list(dict.fromkeys(table["sweep"])) if "sweep" in table.columns else []
+    numbered = len(sweeps) > 1
+    fig = Figure(figsize=(7, 5))
+    ax = fig.subplots()
+    for row, size in zip(table.to_dict("records"), sizes, strict=True):
+        color = attention_color(row["attention"])
+        acc, acc_std = row[acc_col], _zero_if_nan(row.get(f"{TEST_ACC.name}_std"))
+        tps, tps_std = row[tps_col], _zero_if_nan(row.get(f"{TOKENS_PER_SEC.name}_std"))
+        if acc_std or tps_std:  # a single seed has no bars (not a cross of empty ones)
+            ax.errorbar(tps, acc, xerr=[[min(tps_std, 0.99 * tps)], [tps_std]],  # > 0 on log
+                        yerr=[[min(acc_std, acc)], [min(acc_std, 100.0 - acc)]],
+                        fmt="none", ecolor=color, capsize=3, alpha=0.8)
+        ax.scatter(tps, acc, s=size, color=color, alpha=0.6, edgecolors="black",
+                   linewidths=0.5)
+        if numbered:
+            offset = np.sqrt(size) / 2 + 1  # points: just outside the marker's edge
+            ax.annotate(str(sweeps.index(row["sweep"]) + 1), (tps, acc), fontsize=7,
+                        textcoords="offset points", xytext=(offset, offset))
+    handles = []
+    for name in sorted(set(table["attention"]), key=attention_sort_key):
+        rows = table[table["attention"] == name]
+        detail = "" if numbered else (f": {rows[mem_col].iloc[0]:,.0f} MB, "
+                                      f"n={int(rows['n'].iloc[0]) if 'n' in rows else 1}")
+        handles.append(Line2D([], [], marker="o", linestyle="", color=attention_color(name),
+                              label=attention_label(name) + detail))
+    ax.legend(handles=handles, title="attention" + ("" if numbered else ": peak memory, seeds"),
+              fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    _log_throughput_axis(ax, table[tps_col].to_numpy(dtype=float))
     ax.set_xlabel("training throughput (tokens/s)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"{task}: accuracy vs throughput (marker area ~ peak memory; "
-                 "bars: seed std)", fontsize=10)
+    title = f"{task}: accuracy vs throughput\n{short_text(folder, lines=1)}"
+    if len(sweeps) == 1 and ": " in sweeps[0]:
+        title += "\n" + short_text(_settings(sweeps[0]))
+    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.margins(0.15)
     low, high = ax.get_ylim()
     ax.set_ylim(max(low, 0.0), min(high, 105.0))  # no negative accuracies on the axis
+    key = ["marker area ~ peak memory; bars: std over seeds"]
+    if numbered:
+        key += [short_text(f"{number}: {_settings(sweep)}", width=90, lines=1)
+                for number, sweep in enumerate(sweeps, start=1)]
+    fig.text(0.01, 0.0, "\n".join(key), fontsize=7, va="top", ha="left")
     fig.tight_layout()
     _save(fig, path)
 
 
-def label_rows(x: np.ndarray, y: np.ndarray) -> list[int]:
-    """A label line per point, so that labels of points that (nearly) coincide are stacked
-    instead of printed over each other: near means within 30% of the plotted log-throughput
-    span (a label's width, at least 0.1 decade) and 5% of the accuracy range. Points are taken
-    by increasing accuracy."""
-    log_x = np.log10(x)
-    x_near = max(0.3 * float(np.nanmax(log_x) - np.nanmin(log_x)), 0.1)
-    y_near = 0.05 * max(float(np.nanmax(y) - np.nanmin(y)), 1e-9)
-    rows = [0] * len(x)
-    placed: list[int] = []
-    for i in np.argsort(y, kind="stable"):
-        near = [j for j in placed
-                if abs(log_x[i] - log_x[j]) < x_near and abs(y[i] - y[j]) < y_near]
-        rows[i] = max((rows[j] + 1 for j in near), default=0)
-        placed.append(i)
-    return rows
+def _settings(sweep: str) -> str:
+    """The overrides part of a sweep label, long decimals rounded (labels written before they
+    were rounded at the start of a run)."""
+    return round_floats(sweep.split(": ", 1)[1]) if ": " in sweep else "(no overrides)"
 
 
-def _zero_if_nan(value: float) -> float:
-    return 0.0 if pd.isna(value) else float(value)
+def _log_throughput_axis(ax: Axes, tokens_per_sec: np.ndarray) -> None:
+    """A log x axis with plain numbers, as many per decade as the span leaves room for; no
+    minor labels, so nothing overprints."""
+    ax.set_xscale("log")
+    log_tps = np.log10(tokens_per_sec)
+    span = float(np.nanmax(log_tps) - np.nanmin(log_tps))
+    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if span < 1 else (1.0, 2.0, 5.0) if span < 2 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _zero_if_nan(value: float | None) -> float:
+    return 0.0 if value is None or pd.isna(value) else float(value)

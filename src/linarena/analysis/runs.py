@@ -1,9 +1,11 @@
 """Load finished training runs, from local summary.json files or from the W&B API.
 
 Every run becomes one :class:`RunRecord`. Local runs: each training run writes ``summary.json``
-in its Hydra output folder (schema in the README). W&B runs: ``task``, ``attention``, ``seed``,
-``sweep`` and ``debug`` in the run config (group = task and name ``{attention}-s{seed}`` also
-work), metrics in the run summary under the same names as in summary.json. Debug runs
+in its Hydra output folder (schema in the README; every schema version is read). W&B runs:
+``task``, ``attention``, ``seed``, ``sweep`` and ``debug`` in the run config (group = task and
+name ``{attention}-s{seed}`` also work), metrics in the run summary under the same names as in
+summary.json. The metrics read are those of :mod:`linarena.metrics` that the comparison shows. A
+run whose test accuracy is missing or NaN (it diverged) is kept and marked failed. Debug runs
 (debug=smoke/fdr/overfit) are left out unless asked for.
 """
 
@@ -17,13 +19,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-# summary.json / W&B metric name -> RunRecord field
-METRICS = {
-    "test/acc": "test_acc",
-    "perf/tokens_per_sec": "tokens_per_sec",
-    "perf/peak_memory_mb": "peak_memory_mb",
-    "model/params": "params",
-}
+from linarena.metrics import SCHEMA_VERSION, TEST_ACC, compared_metrics
+
 WANDB_RUN_NAME = re.compile(r"^(?P<attention>.+)-s(?P<seed>\d+)$")
 # Filter keys that are W&B run attributes; any other key is looked up in the run's config.
 WANDB_RUN_KEYS = frozenset({"group", "state", "display_name", "name", "job_type"})
@@ -31,20 +28,24 @@ WANDB_RUN_KEYS = frozenset({"group", "state", "display_name", "name", "job_type"
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
-    """The numbers of one training run that the comparison uses (accuracy as a fraction)."""
+    """One training run as the comparison uses it: its names and the compared metrics
+    (linarena.metrics.compared_metrics, by key, as stored: accuracy as a fraction; None where
+    an optional metric is absent or the run failed)."""
 
     task: str
     attention: str
     seed: int
-    test_acc: float
-    tokens_per_sec: float
-    peak_memory_mb: float
-    params: float
+    metrics: Mapping[str, float | None]
     source: str  # where it came from: a summary.json path or a W&B run path
     # The comparison it belongs to: its multirun folder or "runs", then the overrides other
     # than attention and seed (linarena.training.summary.sweep_label).
     sweep: str = "runs"
     debug: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """No finite test accuracy: the run diverged (NaN, which summary.json writes as null)."""
+        return self.metrics.get(TEST_ACC.key) is None
 
 
 def parse_filters(items: Iterable[str]) -> dict[str, Any]:
@@ -77,27 +78,61 @@ def summary_matches(summary: Mapping[str, Any], filters: Mapping[str, Any]) -> b
     return all(key in flat and flat[key] == value for key, value in filters.items())
 
 
-def _metric(metrics: Mapping[str, Any], name: str, where: str) -> float:
-    if name not in metrics or metrics[name] is None:
-        raise ValueError(f"{where}: metric {name!r} is missing; the comparison needs "
-                         f"{sorted(METRICS)} (a run that did not finish has no test metrics)")
-    value = float(metrics[name])
-    if math.isnan(value):
-        raise ValueError(f"{where}: metric {name!r} is NaN")
-    return value
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
 
 
-def record_from_summary(summary: Mapping[str, Any], where: str, sweep: str = "runs") -> RunRecord:
-    """A RunRecord from a parsed summary.json; ``where`` names the file in error messages,
-    ``sweep`` is used when the summary names none (written before sweeps were recorded)."""
+def read_metrics(metrics: Mapping[str, Any], where: str, version: int) -> dict[str, float | None]:
+    """The compared metrics of a summary.json's (or W&B run summary's) metrics. A null or NaN
+    test accuracy marks a failed run (its other metrics may be missing too); otherwise a
+    required metric must be there, and the error says why it is not."""
+    values = {m.key: _number(metrics.get(m.key)) for m in compared_metrics()}
+    if TEST_ACC.key in metrics and values[TEST_ACC.key] is None:
+        return values
+    for metric in compared_metrics():
+        if not metric.required or values[metric.key] is not None:
+            continue
+        if metric.key in metrics:
+            cause = "is null or NaN (not finite, or not measured by this run)"
+        elif version < metric.since:
+            cause = (f"is absent: this summary has schema version {version}, older than the "
+                     f"metric (version {metric.since}); rerun the run or leave it out with "
+                     "--filter")
+        else:
+            cause = (f"is absent although schema version {version} always has it: not written "
+                     "by linarena's train.py, or edited since")
+        raise ValueError(f"{where}: metric {metric.key!r} {cause}")
+    return values
+
+
+def schema_version(summary: Mapping[str, Any], where: str) -> int:
+    """The summary's format version (1 when it has none: written before versions existed)."""
+    version = summary.get("schema_version", 1)
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"{where}: schema_version {version!r} is not a positive integer")
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"{where}: schema version {version} is newer than this linarena reads "
+                         f"({SCHEMA_VERSION}); update linarena")
+    return version
+
+
+def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRecord:
+    """A RunRecord from a parsed summary.json of any schema version; ``where`` names the file in
+    error messages, ``sweep`` is used when the summary names none (written before sweeps were
+    recorded)."""
+    if not isinstance(summary, Mapping):
+        raise ValueError(f"{where}: not a linarena summary.json (a JSON "
+                         f"{type(summary).__name__}, not an object)")
     for key in ("task", "attention", "seed", "metrics"):
         if key not in summary:
             raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
-    metrics = summary["metrics"]
+    metrics = read_metrics(summary["metrics"], where, schema_version(summary, where))
     return RunRecord(
         task=str(summary["task"]), attention=str(summary["attention"]), seed=int(summary["seed"]),
-        **{field: _metric(metrics, name, where) for name, field in METRICS.items()},
-        source=where, sweep=str(summary.get("sweep") or sweep),
+        metrics=metrics, source=where, sweep=str(summary.get("sweep") or sweep),
         debug=bool(summary.get("debug", False)),
     )
 
@@ -114,13 +149,14 @@ def load_local_runs(
     dirs: Iterable[str | Path], filters: Mapping[str, Any], include_debug: bool = False
 ) -> list[RunRecord]:
     """Every summary.json under ``dirs`` (searched recursively) that matches ``filters``; debug
-    runs only with ``include_debug``. A summary.json of a run that did not finish (no test
-    metrics) is an error naming the file."""
+    runs only with ``include_debug``. A summary.json that cannot be read is an error naming the
+    file."""
     paths: list[tuple[Path, Path]] = []
     for directory in map(Path, dirs):
         if not directory.is_dir():
             raise FileNotFoundError(f"--runs {directory}: no such folder")
-        paths += [(path, directory) for path in sorted(directory.rglob("summary.json"))]
+        paths += [(path, directory) for path in sorted(directory.rglob("summary.json"))
+                  if path.is_file()]
     if not paths:
         raise FileNotFoundError(
             f"no summary.json under {[str(d) for d in dirs]}; every training run writes one in "
@@ -131,9 +167,9 @@ def load_local_runs(
             summary = json.loads(path.read_text())
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
-        if summary.get("debug") and not include_debug:
+        if isinstance(summary, Mapping) and summary.get("debug") and not include_debug:
             continue
-        if summary_matches(summary, filters):
+        if not isinstance(summary, Mapping) or summary_matches(summary, filters):
             records.append(record_from_summary(summary, str(path), _folder_sweep(path, root)))
     return records
 
@@ -166,10 +202,9 @@ def record_from_wandb_run(run: Any) -> RunRecord:
         raise ValueError(f"{where}: no task/attention/seed in its config, and not group = task, "
                          "name = '{attention}-s{seed}' (as linarena's training logs runs); "
                          "leave it out with --filter")
-    summary = dict(run.summary)
     return RunRecord(
         task=str(task), attention=str(attention), seed=int(seed),
-        **{field: _metric(summary, name, where) for name, field in METRICS.items()},
+        metrics=read_metrics(dict(run.summary), where, SCHEMA_VERSION),
         source="/".join(run.path), sweep=str(config.get("sweep") or "runs"),
         debug=bool(config.get("debug")) or run.group == "debug",
     )

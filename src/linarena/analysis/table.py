@@ -1,30 +1,24 @@
-"""Sweep x task x attention results table: mean ± sample std over seeds, optional published
-accuracies (only beside the task they were published for)."""
+"""Sweep x task x attention results table: mean ± sample std over seeds of every compared metric
+(linarena.metrics), the failed runs counted, optional published accuracies (only beside the task
+they were published for)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
 import pandas as pd
 
 from linarena.analysis.order import attention_sort_key, task_sort_key
 from linarena.analysis.runs import RunRecord
+from linarena.metrics import compared_metrics
 
-# Aggregated quantity -> RunRecord field; accuracy is reported in percent.
-QUANTITIES = {
-    "test_acc_pct": "test_acc",
-    "tokens_per_sec": "tokens_per_sec",
-    "peak_memory_mb": "peak_memory_mb",
-    "params": "params",
-}
 PUBLISHED_HEADER = "published (LRA paper), not measured here"
 LRA_SOURCE = "LRA paper (Tay et al. 2021), Table 1"
 COSFORMER_SOURCE = "cosFormer paper (Qin et al. 2022), unverified"
 # The data configs (task names) of the LRA tasks the papers report, in their table's order; any
 # other task (listops_small, mqar, ...) gets no published number.
 LRA_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
-# Test accuracy (%) as published; REFERENCE.md section 2. On Path-X every model failed.
+# Test accuracy (%) as published in the papers named. On Path-X every model failed.
 PUBLISHED_ACC_PCT: dict[tuple[str, str], tuple[float | None, str]] = {
     **{(task, "softmax"): (acc, LRA_SOURCE) for task, acc in zip(
         LRA_TASKS, (36.37, 64.27, 57.46, 42.44, 71.40), strict=True)},
@@ -40,21 +34,29 @@ PUBLISHED_ACC_PCT: dict[tuple[str, str], tuple[float | None, str]] = {
 
 
 def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.DataFrame:
-    """One row per (sweep, task, attention): n, and ``<quantity>_mean`` / ``<quantity>_std``
-    columns.
+    """One row per (sweep, task, attention): n (finished runs), n_failed (runs without a finite
+    test accuracy, left out of the means), and ``<name>_mean`` / ``<name>_std`` per compared
+    metric (in table units, e.g. accuracy in percent).
 
     std is the sample std (ddof=1), NaN when n = 1. With ``published``, adds
     ``published_test_acc_pct`` and ``published_source`` (blank where nothing was published).
     """
-    runs = pd.DataFrame([dataclasses.asdict(r) for r in records])
+    metrics = compared_metrics()
+    runs = pd.DataFrame([
+        {"sweep": r.sweep, "task": r.task, "attention": r.attention, "failed": r.failed,
+         **{m.name: (float("nan") if r.failed or r.metrics.get(m.key) is None
+                     else r.metrics[m.key] * m.scale) for m in metrics}}
+        for r in records])
     if runs.empty:
         raise ValueError("no runs to compare")
-    runs["test_acc_pct"] = runs["test_acc"] * 100.0
     grouped = runs.groupby(["sweep", "task", "attention"])
-    table = grouped.size().rename("n").to_frame()
-    for quantity in QUANTITIES:
-        table[f"{quantity}_mean"] = grouped[quantity].mean()
-        table[f"{quantity}_std"] = grouped[quantity].std(ddof=1)
+    n_failed = grouped["failed"].sum().astype(int)
+    table = (grouped.size() - n_failed).rename("n").to_frame()
+    table["n_failed"] = n_failed
+    finished = runs[~runs["failed"]].groupby(["sweep", "task", "attention"])
+    for metric in metrics:
+        table[f"{metric.name}_mean"] = finished[metric.name].mean()
+        table[f"{metric.name}_std"] = finished[metric.name].std(ddof=1)
     table = table.reset_index()
     table = table.iloc[sorted(range(len(table)), key=lambda i: (
         table.at[i, "sweep"], task_sort_key(table.at[i, "task"]),
@@ -69,16 +71,21 @@ def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.
 
 
 def _mean_std(mean: float, std: float, digits: int) -> str:
+    if pd.isna(mean):
+        return "n/a"
     text = f"{mean:,.{digits}f}"
     return text if pd.isna(std) else f"{text} ± {std:,.{digits}f}"
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    """The table as Markdown: one row per task x attention, "mean ± std" cells (std over seeds);
-    a sweep column first when the table holds several sweeps."""
+    """The table as Markdown: one row per task x attention, "mean ± std" cells (std over seeds)
+    of each compared metric; a sweep column first when the table holds several sweeps, a
+    "failed" column when some run failed."""
+    metrics = compared_metrics()
     several = table["sweep"].nunique() > 1
-    headers = ["task", "attention", "n (seeds)", "test acc (%)", "tokens/s", "peak memory (MB)",
-               "params"]
+    any_failed = bool(table["n_failed"].gt(0).any())
+    headers = ["task", "attention", "n (seeds)", *(["failed"] if any_failed else []),
+               *(m.column for m in metrics)]
     if several:
         headers.insert(0, "sweep")
     # Only when some task here has a published number (listops_small, mqar, ... have none).
@@ -87,16 +94,15 @@ def to_markdown(table: pd.DataFrame) -> str:
     if has_published:
         headers.append(f"test acc (%), {PUBLISHED_HEADER}")
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for row in table.itertuples():
-        cells = [row.task, row.attention, str(row.n),
-                 _mean_std(row.test_acc_pct_mean, row.test_acc_pct_std, 2),
-                 _mean_std(row.tokens_per_sec_mean, row.tokens_per_sec_std, 0),
-                 _mean_std(row.peak_memory_mb_mean, row.peak_memory_mb_std, 1),
-                 _mean_std(row.params_mean, row.params_std, 0)]
+    for _, row in table.iterrows():
+        cells = [row["task"], row["attention"], str(row["n"]),
+                 *([str(row["n_failed"])] if any_failed else []),
+                 *(_mean_std(row[f"{m.name}_mean"], row[f"{m.name}_std"], m.digits)
+                   for m in metrics)]
         if several:
-            cells.insert(0, row.sweep)
+            cells.insert(0, row["sweep"])
         if has_published:
-            cells.append(_published_cell(row.published_test_acc_pct, row.published_source))
+            cells.append(_published_cell(row["published_test_acc_pct"], row["published_source"]))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [
         "",
@@ -104,6 +110,9 @@ def to_markdown(table: pd.DataFrame) -> str:
         "tokens/s and peak memory are the training runs' own measurements (see each run's "
         "device and precision).",
     ]
+    if any_failed:
+        notes.append("failed: runs without a finite test accuracy (diverged); they are not in "
+                     "n or the means.")
     if has_published:
         notes.append(f"Published column: {LRA_SOURCE}, not measured here (different models, "
                      f"hardware and budgets); † {COSFORMER_SOURCE}.")

@@ -1,23 +1,57 @@
 """Throughput and memory measurement: samples/s and real tokens/s of the training steps, peak
-memory, parameter count; under DDP the final throughput counts every rank."""
+memory of the run, parameter count; under DDP the final throughput counts every rank.
+
+Peak memory is the run's own, also when one process trains several runs (`train.py -m`): on CUDA
+the peak of tensor memory, reset when training starts; on CPU the peak resident set size of the
+process since training started (Linux: the high-water mark VmHWM is reset by writing "5" to
+/proc/self/clear_refs, then read from /proc/self/status). Where the mark cannot be reset (other
+systems, a kernel without it), the figure is the process's peak since it started (ru_maxrss),
+which under -m includes earlier jobs.
+"""
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.distributed import ReduceOp
 
+from linarena.metrics import PARAMS, PEAK_MEMORY_MB, SAMPLES_PER_SEC, TOKENS_PER_SEC
 from linarena.system import peak_rss_mb
+
+PROC_STATUS = Path("/proc/self/status")
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+_HWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
+
+
+def reset_peak_memory(device: torch.device) -> bool:
+    """Start a new peak: CUDA's peak statistics, or on CPU the process's resident-set high-water
+    mark (Linux). Returns False when the CPU mark cannot be reset (then the peak read later is
+    the process's since it started)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    try:
+        PROC_CLEAR_REFS.write_text("5")  # 5: reset the peak RSS to the current RSS
+    except OSError:
+        return False
+    return True
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """Peak GPU memory allocated by tensors on `device` (CUDA), else the process's peak RSS."""
+    """Peak memory since the last reset_peak_memory, in MB: tensors allocated on `device` (CUDA),
+    else the process's peak resident set size (VmHWM where readable, else ru_maxrss)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return peak_rss_mb()
+    try:
+        match = _HWM.search(PROC_STATUS.read_text())
+    except OSError:
+        match = None
+    return int(match.group(1)) / 2**10 if match else peak_rss_mb()
 
 
 class PerfMonitor(Callback):
@@ -49,11 +83,10 @@ class PerfMonitor(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._device = pl_module.device
-        if pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        reset_peak_memory(pl_module.device)
         self.num_params = sum(p.numel() for p in pl_module.parameters())
         for logger in trainer.loggers:
-            logger.log_metrics({"model/params": float(self.num_params)}, step=trainer.global_step)
+            logger.log_metrics({PARAMS.key: float(self.num_params)}, step=trainer.global_step)
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
@@ -83,7 +116,7 @@ class PerfMonitor(Callback):
         self._tokens += tokens
         for name, value in self.averages().items():
             pl_module.log(name, value, on_step=True, on_epoch=False,
-                          prog_bar=name == "perf/tokens_per_sec")
+                          prog_bar=name == TOKENS_PER_SEC.key)
 
     def _totals(self) -> tuple[float, int, int]:
         if self._seconds == 0.0 and self._first is not None:
@@ -96,9 +129,9 @@ class PerfMonitor(Callback):
         process (one DDP rank)."""
         seconds, samples, tokens = self._totals()
         return {
-            "perf/samples_per_sec": samples / seconds if seconds > 0 else 0.0,
-            "perf/tokens_per_sec": tokens / seconds if seconds > 0 else 0.0,
-            "perf/peak_memory_mb": peak_memory_mb(self._device),
+            SAMPLES_PER_SEC.key: samples / seconds if seconds > 0 else 0.0,
+            TOKENS_PER_SEC.key: tokens / seconds if seconds > 0 else 0.0,
+            PEAK_MEMORY_MB.key: peak_memory_mb(self._device),
         }
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -115,15 +148,15 @@ class PerfMonitor(Callback):
         slowest = float(trainer.strategy.reduce(
             torch.tensor(seconds, dtype=torch.float64, device=device), reduce_op=ReduceOp.MAX))
         self._global = {
-            "perf/samples_per_sec": float(counts[0]) / slowest if slowest else 0.0,
-            "perf/tokens_per_sec": float(counts[1]) / slowest if slowest else 0.0,
+            SAMPLES_PER_SEC.key: float(counts[0]) / slowest if slowest else 0.0,
+            TOKENS_PER_SEC.key: float(counts[1]) / slowest if slowest else 0.0,
         }
 
     def final_metrics(self) -> dict[str, float]:
         """The run's throughput for summary.json and the W&B summary: over all DDP ranks
         (samples/s, tokens/s), peak memory of this process's device during training, parameter
         count."""
-        final = {**self.averages(), **(self._global or {}), "model/params": float(self.num_params)}
+        final = {**self.averages(), **(self._global or {}), PARAMS.key: float(self.num_params)}
         if self._peak_at_end is not None:
-            final["perf/peak_memory_mb"] = self._peak_at_end
+            final[PEAK_MEMORY_MB.key] = self._peak_at_end
         return final

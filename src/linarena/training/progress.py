@@ -12,22 +12,18 @@ from typing import Any
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelSummary, TQDMProgressBar
 
+from linarena.metrics import progress_metrics
+
 log = logging.getLogger(__name__)
 
-# Progress-bar metric -> (short name, format); the metrics are logged with prog_bar=True.
-SHOWN = {
-    "train/loss": ("loss", ".3f"),
-    "val/acc": ("val_acc", ".3f"),
-    "val/acc_best": ("best", ".3f"),
-    "perf/tokens_per_sec": ("tok/s", ",.0f"),
-}
 
 
 def shown_metrics(trainer: Trainer) -> dict[str, str]:
-    """The progress-bar metrics under their short names, formatted."""
+    """The progress-bar metrics (linarena.metrics: those with a `progress` short name and
+    format; logged with prog_bar=True) under their short names, formatted."""
     metrics = trainer.progress_bar_metrics
-    return {short: format(float(metrics[key]), spec)
-            for key, (short, spec) in SHOWN.items() if key in metrics}
+    return {metric.progress[0]: format(float(metrics[metric.key]), metric.progress[1])
+            for metric in progress_metrics() if metric.key in metrics}
 
 
 def _duration(seconds: float) -> str:
@@ -57,7 +53,7 @@ class StepProgress(TQDMProgressBar):
             self.disable()
 
     def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, str]:
-        """What every bar update shows (also after validation): see SHOWN."""
+        """What every bar update shows (also after validation): see shown_metrics."""
         return shown_metrics(trainer)
 
     def total_steps(self, trainer: Trainer) -> int | None:

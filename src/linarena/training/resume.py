@@ -171,6 +171,9 @@ def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, R
             "change. Drop those overrides, or start a new run in a new folder."
         )
     restored = _pin_choices(OmegaConf.load(saved), output_dir)
+    # Runs started before W&B's end-of-run summary became the logger's own name its callback,
+    # which the logger a resume may switch to (or away from) no longer needs.
+    restored.get("callbacks", {}).pop("wandb_summary", None)
     for prefix in dict.fromkeys(_mutable_prefix(key) for key in changes):
         OmegaConf.update(restored, prefix, OmegaConf.select(after, prefix), merge=False)
     resume = Resume(

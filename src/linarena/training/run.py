@@ -13,7 +13,8 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
-from linarena.training.build import Components, build_components
+from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
+from linarena.training.build import build_components
 from linarena.training.errors import ConfigError
 from linarena.training.resume import (
     append_history,
@@ -21,16 +22,16 @@ from linarena.training.resume import (
     finished,
     restore_run_config,
 )
+from linarena.training.run_report import logger_fields, send_summary
 from linarena.training.summary import (
     SUMMARY_FILE,
+    build_summary,
+    comparison_row,
     read_summary,
     results_line,
-    run_names,
-    summary_metrics,
     write_summary,
 )
 from linarena.training.wandb_run import location_message
-from linarena.training.wandb_summary import wandb_info
 
 log = logging.getLogger(__name__)
 
@@ -67,43 +68,6 @@ def checkpoint_to_test(trainer: Trainer, which: str) -> str | None:
     return getattr(trainer.checkpoint_callback, "best_model_path", None) or None
 
 
-def build_summary(
-    cfg: DictConfig, parts: Components, metrics: dict[str, Any], output_dir: Path, seconds: float
-) -> dict[str, Any]:
-    """The summary.json content (schema in the project docs)."""
-    return {
-        **run_names(cfg),
-        "hparams": {
-            "d_model": cfg.model.d_model,
-            "qkv_dim": cfg.model.get("qkv_dim") or cfg.model.d_model,
-            "num_heads": cfg.model.num_heads,
-            "num_layers": cfg.model.num_layers,
-            "mlp_dim": cfg.model.mlp_dim,
-            "dropout": cfg.model.dropout,
-            "max_length": cfg.model.max_length,
-            "pooling": cfg.model.pooling,
-            "pair_head": cfg.model.get("pair_head"),
-            "attention_dropout": cfg.get("attention_dropout"),
-            "zero_pixel_is_padding": cfg.data.get("zero_pixel_is_padding"),
-            "causal": cfg.model.causal,
-            "batch_size": cfg.data.batch_size,
-            "lr": cfg.optim.lr,
-            "weight_decay": cfg.optim.weight_decay,
-            "weight_decay_scope": cfg.optim.get("weight_decay_scope"),
-            "max_steps": cfg.trainer.max_steps,
-            "precision": parts.precision,
-            "num_features": cfg.attention.get("num_features"),
-        },
-        "metrics": summary_metrics(metrics),
-        "wandb": wandb_info(parts.trainer),
-        "output_dir": str(output_dir),
-        "device": parts.module.device.type,
-        "world_size": parts.perf.world_size,
-        "global_step": parts.trainer.global_step,
-        "duration_s": round(seconds, 1),
-    }
-
-
 def train(cfg: DictConfig) -> float:
     """Train, validate and test one configuration; returns val/acc_best, the value
     hyperparameter searches maximise (check_config makes sure validation runs)."""
@@ -117,7 +81,7 @@ def train(cfg: DictConfig) -> float:
             "changed. To train longer, resume with a larger trainer.max_steps."
         )
         previous = read_summary(output_dir)
-        return float((previous or {}).get("metrics", {}).get("val/acc_best") or "nan")
+        return float((previous or {}).get("metrics", {}).get(VAL_ACC_BEST.key) or "nan")
     multirun, launcher = hydra_context()
     which_checkpoint = read_test_checkpoint(cfg)
     parts = build_components(cfg, output_dir, multirun, launcher)
@@ -138,16 +102,23 @@ def train(cfg: DictConfig) -> float:
     except SIGTERMException:  # SIGTERM or SIGINT, while training or testing (signals.py)
         raise parts.signals.stopped(trainer, output_dir) from None
     metrics = {
-        "test/acc": tested[0].get("test/acc"),
-        "test/loss": tested[0].get("test/loss"),
-        "val/acc_best": best_val,
+        **{key: tested[0].get(key) for key in (TEST_ACC.key, TEST_LOSS.key)},
+        VAL_ACC_BEST.key: best_val,
         **parts.perf.final_metrics(),
     }
-    summary = build_summary(cfg, parts, metrics, output_dir, time.monotonic() - started)
-    summary["tested_checkpoint"] = "last" if tested_ckpt is None else "best"
-    summary["resumes"] = history
     if trainer.is_global_zero:
+        summary = build_summary(cfg, parts.precision, metrics, {
+            "output_dir": str(output_dir),
+            "device": parts.module.device.type,
+            "world_size": parts.perf.world_size,
+            "global_step": trainer.global_step,
+            "duration_s": round(time.monotonic() - started, 1),
+            "tested_checkpoint": "last" if tested_ckpt is None else "best",
+            "resumes": history,
+        })
+        summary |= logger_fields(trainer.loggers)
         write_summary(output_dir, summary)
+        send_summary(trainer.loggers, summary, comparison_row(summary))
         print_locations(summary, output_dir)
     return best_val
 

@@ -1,49 +1,37 @@
-"""summary.json: the one file per run that scripts/compare.py reads."""
+"""summary.json: the one file per run that scripts/compare.py reads, and the comparison row every
+logger is sent (linarena.training.report)."""
 
 from __future__ import annotations
 
 import json
-import math
+import re
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from linarena.files import write_text_atomic
+from linarena.metrics import (
+    PEAK_MEMORY_MB,
+    SCHEMA_VERSION,
+    TEST_ACC,
+    TOKENS_PER_SEC,
+    VAL_ACC_BEST,
+    metrics_block,
+    row_metrics,
+)
 
 SUMMARY_FILE = "summary.json"
-METRIC_KEYS = (
-    "test/acc",
-    "test/loss",
-    "val/acc_best",
-    "perf/tokens_per_sec",
-    "perf/samples_per_sec",
-    "perf/peak_memory_mb",
-    "model/params",
-)
 # Overrides that vary within one comparison (its rows and seeds), or do not change the run.
 NOT_SETTINGS = ("attention", "seed", "ckpt_path", "debug", "hydra", "logger", "tags")
-
-def finite_or_none(value: Any) -> float | None:
-    """JSON has no NaN/inf: non-finite or missing values are written as null."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def summary_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The metrics block: floats (null when missing or not finite), model/params an int."""
-    block: dict[str, Any] = {key: finite_or_none(metrics.get(key)) for key in METRIC_KEYS}
-    if metrics.get("model/params") is not None:
-        block["model/params"] = int(metrics["model/params"])
-    return block
+# The names a comparison row starts with; its metrics follow (linarena.metrics).
+NAME_COLUMNS = ("task", "attention", "seed")
+_FLOAT = re.compile(r"(?<![\w.])-?\d+\.\d{5,}(?:[eE][-+]?\d+)?(?![\w.])")
 
 
 def write_summary(output_dir: Path, summary: dict[str, Any]) -> Path:
-    """Write summary.json (schema in the project docs) atomically; returns its path."""
+    """Write summary.json (schema in the README) atomically; returns its path."""
     path = output_dir / SUMMARY_FILE
     write_text_atomic(path, json.dumps(summary, indent=2) + "\n")
     return path
@@ -57,21 +45,39 @@ def read_summary(output_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def round_floats(text: str) -> str:
+    """Long decimals (an Optuna trial's 0.0031622776601683794) to 4 significant digits."""
+    return _FLOAT.sub(lambda match: f"{float(match.group()):.4g}", text)
+
+
+def _started_hydra(output_dir: Path) -> Any | None:
+    """The Hydra config the run started with: its `.hydra/hydra.yaml` (a resumed job writes its
+    own to .hydra/resume/, so this file is always the start's), else this job's, else None."""
+    saved = output_dir / ".hydra" / "hydra.yaml"
+    if saved.is_file():
+        return OmegaConf.load(saved).hydra
+    return HydraConfig.get() if HydraConfig.initialized() else None
+
+
 def sweep_label(cfg: DictConfig) -> str:
-    """Which comparison a run belongs to, for scripts/compare.py: its multirun folder (relative
-    to paths.log_dir) or "runs" for a single run, then the command-line overrides other than
-    the attention and the seed, e.g. "multiruns/2025-01-01_10-00-00: trainer.max_steps=300"."""
-    if not HydraConfig.initialized():
+    """Which comparison a run belongs to, as it started (a resume keeps it): its multirun folder
+    (relative to paths.log_dir) or "runs" for a single run, then the command-line overrides
+    other than the attention and the seed, e.g. "multiruns/2025-01-01_10-00-00:
+    trainer.max_steps=300"; long decimals rounded to 4 significant digits."""
+    output_dir = Path(cfg.paths.output_dir).resolve()
+    hydra_cfg = _started_hydra(output_dir)
+    if hydra_cfg is None:
         return "runs"
-    hydra_cfg = HydraConfig.get()
     where = "runs"
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        sweep_dir = Path(hydra_cfg.sweep.dir).resolve()
+    if str(hydra_cfg.mode) in ("MULTIRUN", "RunMode.MULTIRUN"):
+        # The job folder is <sweep dir>/<subdir>; the saved sweep dir is unresolved (${now:...}).
+        depth = len(Path(str(OmegaConf.to_container(hydra_cfg.sweep)["subdir"])).parts)
+        sweep_dir = output_dir.parents[depth - 1]
         log_dir = Path(cfg.paths.log_dir).resolve()
         where = str(sweep_dir.relative_to(log_dir) if sweep_dir.is_relative_to(log_dir)
                     else sweep_dir)
     settings = [
-        override for override in hydra_cfg.overrides.task
+        round_floats(override) for override in hydra_cfg.overrides.task
         if override.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] not in NOT_SETTINGS
     ]
     return ": ".join([where, " ".join(sorted(settings))]) if settings else where
@@ -89,6 +95,54 @@ def run_names(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
+    """The settings most comparisons filter on, at the top of summary.json (the whole resolved
+    config is under "config")."""
+    return {
+        "d_model": cfg.model.d_model,
+        "qkv_dim": cfg.model.get("qkv_dim") or cfg.model.d_model,
+        "num_heads": cfg.model.num_heads,
+        "num_layers": cfg.model.num_layers,
+        "mlp_dim": cfg.model.mlp_dim,
+        "dropout": cfg.model.dropout,
+        "max_length": cfg.model.max_length,
+        "pooling": cfg.model.pooling,
+        "pair_head": cfg.model.get("pair_head"),
+        "attention_dropout": cfg.get("attention_dropout"),
+        "zero_pixel_is_padding": cfg.data.get("zero_pixel_is_padding"),
+        "causal": cfg.model.causal,
+        "batch_size": cfg.data.batch_size,
+        "lr": cfg.optim.lr,
+        "weight_decay": cfg.optim.weight_decay,
+        "weight_decay_scope": cfg.optim.get("weight_decay_scope"),
+        "max_steps": cfg.trainer.max_steps,
+        "precision": precision,
+        "num_features": cfg.attention.get("num_features"),
+    }
+
+
+def build_summary(cfg: DictConfig, precision: str, metrics: dict[str, Any],
+                  run: dict[str, Any]) -> dict[str, Any]:
+    """The summary.json content (schema in the README): names, hparams, the metrics of
+    linarena.metrics, the whole resolved config, then `run` (output_dir, device, steps, ...).
+    Logger-specific fields (e.g. "wandb") are added by the loggers' hooks."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **run_names(cfg),
+        "hparams": hparams(cfg, precision),
+        "metrics": metrics_block(metrics),
+        "wandb": None,
+        **run,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+
+
+def comparison_row(summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's comparison row: task, attention, seed, then linarena.metrics.row_metrics."""
+    return {**{key: summary[key] for key in NAME_COLUMNS},
+            **{m.key: summary["metrics"].get(m.key) for m in row_metrics()}}
+
+
 def results_line(summary: dict[str, Any]) -> str:
     """The run's headline numbers in one line: test accuracy, throughput, peak memory."""
     metrics = summary["metrics"]
@@ -99,7 +153,7 @@ def results_line(summary: dict[str, Any]) -> str:
 
     ranks = summary.get("world_size", 1)
     over = f" over {ranks} processes" if ranks > 1 else ""
-    return (f"test/acc={number('test/acc', '.4f')}, val/acc_best="
-            f"{number('val/acc_best', '.4f')}, {number('perf/tokens_per_sec', ',.0f')} tokens/s"
-            f"{over}, peak memory {number('perf/peak_memory_mb', ',.0f')} MB, "
+    return (f"{TEST_ACC.key}={number(TEST_ACC.key, '.4f')}, {VAL_ACC_BEST.key}="
+            f"{number(VAL_ACC_BEST.key, '.4f')}, {number(TOKENS_PER_SEC.key, ',.0f')} tokens/s"
+            f"{over}, peak memory {number(PEAK_MEMORY_MB.key, ',.0f')} MB, "
             f"{summary['duration_s']} s")

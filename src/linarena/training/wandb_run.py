@@ -1,7 +1,7 @@
 """Weights & Biases: the logger factory that conf/logger/wandb.yaml names. Online when credentials
 exist and the server answers, offline otherwise; one W&B run per training, continued on resume.
-
-The summaries, the comparison row and wandb.finish are in :mod:`linarena.training.wandb_summary`.
+At the end of the run the logger's summary hook (linarena.training.run_report) writes the run
+summary and the one-row "comparison" table, then finishes the W&B run.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 
 import requests
 import wandb
-from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from linarena.files import write_text_atomic
+from linarena.metrics import METRICS, STEP_KEY
 from linarena.training.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 RUN_ID_FILE = "wandb_run_id.txt"
 # Seconds to wait for the W&B server before logging offline (wandb.init would wait 90 s, then fail).
 PROBE_TIMEOUT_S = 5.0
+COMPARISON_KEY = "comparison"
+# WandbLogger's own arguments; the factory passes every other key to wandb.init.
+LOGGER_ONLY_KEYS = frozenset({"log_model", "prefix", "checkpoint_name", "add_file_policy"})
 
 
 def has_credentials() -> bool:
@@ -86,11 +89,10 @@ def run_id(output_dir: Path, resuming: bool, write: bool) -> str:
 
 
 def check_wandb_keys(keys: Iterable[str]) -> None:
-    """Every key must be a WandbLogger or wandb.init argument (the logger passes unknown ones
-    on to wandb.init, which would fail later with a TypeError)."""
-    valid = set(inspect.signature(WandbLogger.__init__).parameters)
-    valid |= set(inspect.signature(wandb.init).parameters)
-    valid -= {"self", "kwargs"}
+    """Every key must be a wandb.init argument or one of WandbLogger's own (LOGGER_ONLY_KEYS);
+    an unknown one would fail later in wandb.init with a TypeError."""
+    valid = set(inspect.signature(wandb.init).parameters) | LOGGER_ONLY_KEYS | {"save_dir"}
+    valid -= {"self", "kwargs", "dir"}
     unknown = sorted(set(keys) - valid - {"_target_"})
     if unknown:
         hints = []
@@ -98,21 +100,35 @@ def check_wandb_keys(keys: Iterable[str]) -> None:
             close = difflib.get_close_matches(key, sorted(valid), n=1)
             hints.append(f"logger.wandb.{key}" + (f" (did you mean {close[0]}?)" if close else ""))
         raise ConfigError(f"Unknown W&B logger key(s): {'; '.join(hints)}. Valid keys are the "
-                          f"arguments of WandbLogger and wandb.init: {', '.join(sorted(valid))}.")
+                          f"arguments of wandb.init and {', '.join(sorted(LOGGER_ONLY_KEYS))}: "
+                          f"{', '.join(sorted(valid))}.")
 
 
 class StepWandbLogger(WandbLogger):
     """WandbLogger that logs at W&B step = trainer.global_step, so that W&B's own step axis is
     the training step and a resumed run continues it: the steps a resumed process trains again
     (those after its checkpoint that the interrupted process had already logged) are skipped
-    instead of being logged twice."""
+    instead of being logged twice. Its summary hook (linarena.training.run_report) writes the
+    run summary and the "comparison" table and finishes the run; a failed run is finished with
+    exit code 1, so each job of a multirun is its own W&B run.
 
-    _first_new_step: int | None = None
+    Args:
+        prefix: put before every metric key (joined with "-", as WandbLogger does).
+        other arguments: WandbLogger's (`experiment`: the live run from wandb.init).
+    """
+
+    def __init__(self, *args: Any, prefix: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, prefix=prefix, **kwargs)
+        self.metric_prefix = prefix
+        self._first_new_step: int | None = None
 
     @rank_zero_only
     def log_metrics(self, metrics: Any, step: int | None = None) -> None:
+        if self.metric_prefix:
+            metrics = {f"{self.metric_prefix}{self.LOGGER_JOIN_CHAR}{key}": value
+                       for key, value in metrics.items()}
         if step is None:
-            super().log_metrics(metrics, step)
+            self.experiment.log(dict(metrics))
             return
         if self._first_new_step is None:
             # The step of the run's next row: 0 for a new run, past the last logged step for a
@@ -120,11 +136,34 @@ class StepWandbLogger(WandbLogger):
             self._first_new_step = int(self.experiment.step)
         if step < self._first_new_step:
             return
-        metrics = _add_prefix(metrics, self._prefix, self.LOGGER_JOIN_CHAR)
         self.experiment.log({**metrics, STEP_KEY: step}, step=step)
 
+    def summary_fields(self) -> dict[str, Any]:
+        """summary.json's "wandb": id, folder, url and mode of the W&B run."""
+        return {"wandb": run_info(self.experiment)}
 
-STEP_KEY = "trainer/global_step"
+    @rank_zero_only
+    def log_run_summary(self, summary: dict[str, Any], row: dict[str, Any]) -> None:
+        """The final metrics into the run summary, the one-row table "comparison" (a table
+        panel on that key merges the rows of every run shown), then wandb.finish."""
+        run = self.experiment
+        run.summary.update({k: v for k, v in summary["metrics"].items() if v is not None})
+        run.log({COMPARISON_KEY: wandb.Table(columns=list(row), data=[list(row.values())])})
+        wandb.finish(exit_code=0)
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        super().finalize(status)
+        if status == "failed" and wandb.run is not None:
+            wandb.finish(exit_code=1)
+
+
+def define_metrics(run: Any) -> None:
+    """Every metric on the training-step axis, summarised as linarena.metrics declares."""
+    run.define_metric(STEP_KEY)
+    for metric in METRICS:
+        run.define_metric(metric.key, step_metric=STEP_KEY, summary=metric.wandb_summary)
+    run.define_metric("*", step_metric=STEP_KEY, step_sync=True)
 
 
 def wandb_logger(
@@ -133,12 +172,12 @@ def wandb_logger(
     tags: Iterable[str] = (),
     extra_tags: Iterable[str] = (),
     **kwargs: Any,
-) -> WandbLogger:
-    """The WandbLogger conf/logger/wandb.yaml builds (its other keys are WandbLogger and
-    wandb.init arguments). `ckpt_path` is the run's ckpt_path (a resume keeps the W&B run id);
-    `tags` the user's, `extra_tags` the run's names. The mode is passed to wandb.init rather than
-    as `offline=`, which would set WANDB_MODE for the whole process (and every later job of a
-    multirun)."""
+) -> StepWandbLogger:
+    """The logger conf/logger/wandb.yaml builds (its other keys are wandb.init arguments and
+    LOGGER_ONLY_KEYS); on rank 0 it starts the W&B run. `ckpt_path` is the run's ckpt_path (a
+    resume keeps the W&B run id); `tags` the user's, `extra_tags` the run's names. The mode is
+    passed to wandb.init rather than as `offline=`, which would set WANDB_MODE for the whole
+    process (and every later job of a multirun)."""
     check_wandb_keys([*kwargs, "save_dir", "tags"])
     if wandb.run is not None:  # left over by a job of this process that failed before finishing
         wandb.finish(exit_code=1)
@@ -156,11 +195,15 @@ def wandb_logger(
     # The end-of-run history and summary wandb prints are 30-odd lines; train.py prints where
     # the run is instead.
     kwargs.setdefault("settings", wandb.Settings(quiet=True))
-    logger = StepWandbLogger(save_dir=str(output_dir), mode=mode, resume="allow",
-                             tags=sorted({*tags, *extra_tags}), **kwargs)
-    # WandbLogger always passes `anonymous`, which wandb deprecated and warns about at each run.
-    logger._wandb_init.pop("anonymous", None)
-    return logger
+    logger_kwargs = {key: kwargs.pop(key) for key in LOGGER_ONLY_KEYS & set(kwargs)}
+    experiment = None
+    if rank_zero_only.rank == 0:
+        # Started here rather than by WandbLogger, which passes wandb.init the deprecated
+        # `anonymous` (a warning at every run).
+        experiment = wandb.init(dir=str(output_dir), mode=mode, resume="allow",
+                                tags=sorted({*tags, *extra_tags}), **kwargs)
+        define_metrics(experiment)
+    return StepWandbLogger(save_dir=str(output_dir), experiment=experiment, **logger_kwargs)
 
 
 def run_info(run: Any) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""Compare training runs: accuracy against throughput and memory, per sweep, task and attention.
+
+Gathers finished runs from local folders (every summary.json below them) or from W&B, and
+writes to ``--out``: ``results.csv`` and ``results.md`` (sweep x task x attention, mean ± sample
+std over seeds of the compared metrics of linarena.metrics: test accuracy, tokens/s, peak memory,
+parameter count; runs that failed counted apart) and one ``scatter_<task>.png`` per task and
+multirun folder (accuracy against tokens/s, marker area ~ peak memory).
+
+A sweep is what a run was compared with when it was started: its multirun folder (or "runs" for
+single runs), plus the overrides other than attention and seed. Runs of different sweeps are
+never averaged together; ``--sweep`` picks some. Debug runs (debug=smoke/fdr/overfit) are left
+out unless ``--debug``.
+
+    python scripts/compare.py --runs outputs/
+    python scripts/compare.py --runs outputs/ --sweep multiruns/2025-01-01_10-00-00 --published
+    python scripts/compare.py --wandb my-team/linarena --filter task=text --filter tags=final
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from linarena.analysis.order import task_sort_key
+from linarena.analysis.plots import plot_accuracy_vs_throughput
+from linarena.analysis.runs import (
+    RunRecord,
+    drop_reruns,
+    load_local_runs,
+    load_wandb_runs,
+    parse_filters,
+    select_sweeps,
+)
+from linarena.analysis.table import aggregate_runs, to_markdown
+from linarena.files import write_atomic
+
+
+def parse_args(argv: list[str] | None, default_out: Path) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--runs", nargs="+", type=Path, metavar="DIR",
+                        help="folders searched recursively for summary.json")
+    source.add_argument("--wandb", metavar="ENTITY/PROJECT",
+                        help="read finished runs from the W&B API (needs an API key: wandb login)")
+    parser.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                        help="keep matching runs; repeatable. Local: a summary.json key, dotted "
+                             "for nesting (task=listops, hparams.d_model=128, "
+                             "config.model.short_conv=true). W&B: group, tags, state, name, or a "
+                             "config key (attention=performer)")
+    parser.add_argument("--sweep", action="append", default=[], metavar="LABEL",
+                        help="keep the runs of this sweep (a label as listed, or its start, e.g. "
+                             "multiruns/2025-01-01_10-00-00); repeatable; default: every sweep")
+    parser.add_argument("--debug", action="store_true",
+                        help="include debug runs (debug=smoke, fdr, overfit)")
+    parser.add_argument("--published", action="store_true",
+                        help="add the published LRA accuracies (not measured here) as a column")
+    parser.add_argument("--out", type=Path, default=default_out)
+    return parser.parse_args(argv)
+
+
+def folder_of(sweep: str) -> str:
+    """The multirun folder (or "runs") of a sweep label, without its settings."""
+    return sweep.split(": ", 1)[0]
+
+
+def write_plots(table: pd.DataFrame, out: Path) -> list[str]:
+    """One scatter plot per multirun folder and task (the sweeps of one folder, e.g. the
+    trials of an Optuna search, share a plot); returns a line per folder for the listing."""
+    folders = sorted({folder_of(sweep) for sweep in table["sweep"]})
+    listing = []
+    for number, folder in enumerate(folders, start=1):
+        of_folder = table[[folder_of(sweep) == folder for sweep in table["sweep"]]]
+        for task in sorted(set(of_folder["task"]), key=task_sort_key):
+            rows = of_folder[of_folder["task"] == task]
+            if not rows["n"].gt(0).any():
+                continue  # every run failed: nothing to place
+            name = f"scatter_{task}.png" if len(folders) == 1 else f"scatter_{number}_{task}.png"
+            plot_accuracy_vs_throughput(rows, task, folder, out / name)
+        listing.append(f"  {number}: {folder}")
+    return listing
+
+
+def failed_note(records: list[RunRecord]) -> str | None:
+    """A note naming the failed runs (no finite test accuracy), or None."""
+    failed = [record.source for record in records if record.failed]
+    if not failed:
+        return None
+    shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+    return (f"{len(failed)} run(s) failed (test/acc NaN or missing: diverged), counted in the "
+            f"'failed' column and left out of the means: {shown}")
+
+
+def main(argv: list[str] | None = None, default_out: Path = Path("results/compare")) -> int:
+    """scripts/compare.py; returns the exit status (2 for bad input, with a one-line error)."""
+    args = parse_args(argv, default_out)
+    try:
+        filters = parse_filters(args.filter)
+        if args.runs:
+            records = load_local_runs(args.runs, filters, include_debug=args.debug)
+        else:
+            records = load_wandb_runs(args.wandb, filters, include_debug=args.debug)
+        if not records:
+            debug = "" if args.debug else " (debug runs are left out; --debug includes them)"
+            raise ValueError(f"no finished run matches the filters {filters}{debug}")
+        records = select_sweeps(records, args.sweep)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"compare.py: error: {error}", file=sys.stderr)
+        return 2
+    records, notes = drop_reruns(records)
+    failed = failed_note(records)
+    for note in [*notes, *([failed] if failed else [])]:
+        print(f"note: {note}")
+    table = aggregate_runs(records, published=args.published)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out / "results.csv", lambda file: table.to_csv(file, index=False))
+    write_atomic(args.out / "results.md", lambda file: file.write(to_markdown(table)))
+    listing = write_plots(table, args.out)
+    print(to_markdown(table))
+    sweeps = sorted(set(table["sweep"]))
+    if len(sweeps) > 1:
+        print("Sweeps (pick some with --sweep LABEL):")
+        for sweep in sweeps:
+            print(f"  {sweep} ({sum(r.sweep == sweep for r in records)} runs)")
+    if len(listing) > 1:
+        print("Plots scatter_<number>_<task>.png, by folder:", *listing, sep="\n")
+    print(f"{len(records)} runs; wrote results.csv, results.md and scatter plots to {args.out}")
+    return 0

@@ -1,0 +1,121 @@
+"""The metrics of a run, each declared once: its key, how summary.json, W&B, the progress bar, the
+comparison table and the dashboard show it.
+
+Adding a metric is one :class:`Metric` entry here plus computing it (logging it during training,
+or returning it from :meth:`linarena.training.perf.PerfMonitor.final_metrics` for a figure of the
+whole run): every reader iterates this registry.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# summary.json's format. 1: the first (no schema_version key); 2: schema_version and the resolved
+# config ("config") added, optional metrics may be absent. Readers accept every version.
+SCHEMA_VERSION = 2
+# W&B's x axis: every row is logged with the trainer's global step under this key.
+STEP_KEY = "trainer/global_step"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric.
+
+    Args:
+        key: the name it is logged under (summary.json, W&B, Lightning), e.g. "test/acc".
+        wandb_summary: how W&B summarises its history ("min", "max", "last"); "last" keeps a
+            plain number in the W&B run summary, which is what compare.py --wandb reads.
+        in_summary: a figure of the whole run, written to summary.json's "metrics" block.
+        required: the comparison needs it (a summary.json without it cannot be compared);
+            optional ones may be absent, e.g. from summaries older than the metric.
+        name: the comparison's column stem (results.csv: <name>_mean, <name>_std); None: not
+            a column of the comparison table.
+        in_row: in the per-run comparison row (W&B "comparison" table, pinned dashboard
+            columns) although not a column of the comparison table.
+        column: the comparison table's Markdown header.
+        digits: decimals in the Markdown table.
+        scale: factor from the stored value to the table's (100 for a fraction shown in %).
+        integer: stored as an int in summary.json.
+        progress: (short name, format) on the progress bar and progress lines; None: not shown.
+        since: the summary.json schema version that first has it (older summaries lack it).
+    """
+
+    key: str
+    wandb_summary: str = "last"
+    in_summary: bool = False
+    required: bool = False
+    name: str | None = None
+    column: str | None = None
+    digits: int = 0
+    scale: float = 1.0
+    integer: bool = False
+    progress: tuple[str, str] | None = None
+    in_row: bool = False
+    since: int = 1
+
+
+TEST_ACC = Metric("test/acc", in_summary=True, required=True, name="test_acc_pct",
+                  column="test acc (%)", digits=2, scale=100.0)
+TOKENS_PER_SEC = Metric("perf/tokens_per_sec", in_summary=True, required=True,
+                        name="tokens_per_sec", column="tokens/s", progress=("tok/s", ",.0f"))
+PEAK_MEMORY_MB = Metric("perf/peak_memory_mb", in_summary=True, required=True,
+                        name="peak_memory_mb", column="peak memory (MB)", digits=1)
+PARAMS = Metric("model/params", in_summary=True, required=True, name="params", column="params",
+                integer=True)
+TEST_LOSS = Metric("test/loss", in_summary=True)
+SAMPLES_PER_SEC = Metric("perf/samples_per_sec", in_summary=True)
+VAL_ACC_BEST = Metric("val/acc_best", in_summary=True, in_row=True, progress=("best", ".3f"))
+VAL_ACC = Metric("val/acc", wandb_summary="max", progress=("val_acc", ".3f"))
+
+METRICS: tuple[Metric, ...] = (
+    Metric("train/loss", wandb_summary="min", progress=("loss", ".3f")),
+    Metric("val/loss", wandb_summary="min"),
+    VAL_ACC,
+    TEST_ACC,
+    TEST_LOSS,
+    VAL_ACC_BEST,
+    TOKENS_PER_SEC,
+    SAMPLES_PER_SEC,
+    PEAK_MEMORY_MB,
+    PARAMS,
+)
+
+
+def summary_metrics() -> tuple[Metric, ...]:
+    """The metrics summary.json's "metrics" block holds, in registry order."""
+    return tuple(m for m in METRICS if m.in_summary)
+
+
+def compared_metrics() -> tuple[Metric, ...]:
+    """The metrics that are columns of the comparison (table, CSV, W&B comparison row)."""
+    return tuple(m for m in METRICS if m.name is not None)
+
+
+def row_metrics() -> tuple[Metric, ...]:
+    """The metrics of a run's comparison row: the compared ones and those marked in_row."""
+    return tuple(m for m in METRICS if m.name is not None or m.in_row)
+
+
+def progress_metrics() -> tuple[Metric, ...]:
+    """The metrics the progress bar shows, in registry order."""
+    return tuple(m for m in METRICS if m.progress is not None)
+
+
+def finite_or_none(value: Any) -> float | None:
+    """JSON has no NaN/inf: non-finite or missing values become None."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def metrics_block(values: dict[str, Any]) -> dict[str, float | int | None]:
+    """summary.json's "metrics": every summary metric, a float (an int where declared), None
+    when missing or not finite."""
+    block: dict[str, float | int | None] = {}
+    for metric in summary_metrics():
+        value = finite_or_none(values.get(metric.key))
+        block[metric.key] = int(value) if metric.integer and value is not None else value
+    return block
