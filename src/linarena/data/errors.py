@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from linarena.errors import DataError
 
-class DataNotFoundError(FileNotFoundError):
+
+class DataNotFoundError(DataError, FileNotFoundError):
     """The files a task needs are absent and could not be generated or downloaded."""
 
 
-class DataFormatError(ValueError):
+class DataFormatError(DataError, ValueError):
     """A data file does not have the expected format; the message names the file and line."""
 
     def __init__(self, path: Path | str, line: int | None, problem: str) -> None:
@@ -20,7 +22,7 @@ class DataFormatError(ValueError):
         self.line = line
 
 
-class DataConfigError(ValueError):
+class DataConfigError(DataError, ValueError):
     """A data.* setting does not fit the data (e.g. more validation examples than exist), or a
     split came out empty; the message names the setting to change."""
 
