@@ -106,7 +106,7 @@ def run_message(tmp_path: Path, capsys: pytest.CaptureFixture, *overrides: str) 
     (["trainer.max_steps=0"], "trainer.max_steps=0 trains nothing"),
     (["data.num_workers=-1"], "data.num_workers must be >= 0"),
     (["attention=cosformer", "model.causal=true", "model.pooling=mean",
-      "attention.max_length=16"], "attention.max_length=16 is below data.max_length=128"),
+      "attention.max_length=16"], "sequence length 128 exceeds max_length=16"),
 ])
 def test_settings_that_cannot_work_are_refused_before_training(
     tmp_path: Path, capsys: pytest.CaptureFixture, overrides: list[str], expected: str

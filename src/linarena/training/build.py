@@ -20,6 +20,7 @@ from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.checks import (
     DATAMODULE_ARGS,
     TRAINER_ARGS,
+    check_accelerator,
     check_config,
     check_ddp_launch,
     resolve_ckpt_path,
@@ -77,6 +78,7 @@ def build_components(
 ) -> Components:
     """Check the config, then build every object of the run (no data is loaded yet)."""
     check_config(cfg)
+    check_accelerator(cfg.trainer)
     check_ddp_launch(cfg.trainer, multirun, launcher_target)
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), output_dir)
     seed_everything(cfg.seed, workers=True)

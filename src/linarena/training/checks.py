@@ -197,6 +197,20 @@ def count_devices(devices: Any, accelerator: str) -> int:
     return len(list(devices))
 
 
+def check_accelerator(trainer: DictConfig) -> None:
+    """A GPU accelerator asked for on a machine without one: the way out, instead of
+    Lightning's "No supported gpu backend found!"."""
+    accelerator = str(trainer.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        devices = trainer.get("devices", 1)
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} (trainer.devices={devices}), but this machine "
+            "has no GPU that PyTorch can use. Add trainer.accelerator=cpu to run on the CPU "
+            f"(with trainer=ddp, trainer.devices={devices} starts {devices} CPU processes), or "
+            "run on a machine with a GPU."
+        )
+
+
 def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str | None) -> None:
     """Under Hydra multirun with the basic launcher, DDP's subprocess launcher re-runs the script
     with the sweep arguments (hangs or repeated sweeps): refuse it with the ways out."""

@@ -5,19 +5,25 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from linarena.errors import LinarenaError, NonFiniteStateError
+from linarena.run_lock import LOCK_FILE, OWNER_FILE, RunFolderBusyError, run_folder_lock
 from linarena.training.environment import normalise_environment, os_error_message
 from linarena.training.resume import clean_checkpoint_step
 from linarena.training.run import hydra_context, train
-from linarena.training.run_lock import run_folder_lock
+from linarena.training.signals import RunStopped
 
 # OS errors whose cause is the machine, not the code: reported in one line.
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# What a new run writes before it trains (Hydra's files and log, the lock, the logger's first
+# files): a failed new run whose folder holds nothing else leaves no folder behind.
+KEEP_FOLDER_ON = (RunFolderBusyError, NonFiniteStateError, RunStopped)  # another's, or trained
+SETUP_FILES = {".hydra", LOCK_FILE, OWNER_FILE, "wandb", "wandb_run_id.txt", "csv"}
 
 
 def explain(err: BaseException, output_dir: Path) -> str:
@@ -49,6 +55,15 @@ def explain(err: BaseException, output_dir: Path) -> str:
     return message
 
 
+def remove_if_unused(output_dir: Path) -> None:
+    """Remove the folder of a new run that failed before writing anything of its own."""
+    if not output_dir.is_dir():
+        return
+    entries = list(output_dir.iterdir())
+    if all(e.name in SETUP_FILES or e.suffix == ".log" for e in entries):
+        shutil.rmtree(output_dir, ignore_errors=True)
+
+
 def run_job(cfg: DictConfig) -> float:
     """train(cfg) while owning the run folder, with user-facing failures printed as one message,
     then exit status 1 (or the signal's status for a run stopped by SIGTERM/SIGINT).
@@ -78,6 +93,8 @@ def run_job(cfg: DictConfig) -> float:
             message, exit_code = os_error_message(err), 1
         else:
             raise
+        if cfg.get("ckpt_path") is None and not isinstance(err, KEEP_FOLDER_ON):
+            remove_if_unused(output_dir)
         print(f"\nError: {message}", file=sys.stderr, flush=True)
         if isinstance(err, NonFiniteStateError) and hydra_context()[0]:
             raise

@@ -76,7 +76,7 @@ def device_memory(accelerator: str) -> tuple[int, str]:
     """(bytes, description) of the memory of the device the run trains on."""
     if on_gpu(accelerator):
         properties = torch.cuda.get_device_properties(0)
-        return properties.total_memory, f"the GPU ({properties.name})"
+        return properties.total_memory, f"the memory of the GPU ({properties.name})"
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's RAM"
 
 
@@ -99,7 +99,7 @@ def check_memory(cfg: DictConfig, accelerator: str, available: Any = None) -> Me
         raise ResourceError(
             f"This config needs at least {_gb(estimate.total)} ({', '.join(parts)}) at "
             f"model.max_length={cfg.model.max_length}, data.batch_size={cfg.data.batch_size}, "
-            f"but {device} has {_gb(total)}. Lower data.max_length (and model.max_length) or "
+            f"but {device} is {_gb(total)}. Lower data.max_length (and model.max_length) or "
             "data.batch_size, or train on a device with more memory."
         )
     return estimate

@@ -120,7 +120,9 @@ class ClassificationModule(LightningModule):
         if self.trainer.sanity_checking:  # untrained weights: not a candidate for the best
             return
         self.val_acc_best(self.val_acc.compute())
-        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+        # The same value on every DDP rank (val_acc.compute() is synced): the mean over ranks
+        # that sync_dist takes leaves it as it is.
+        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, preds, labels, scored = self._loss(batch)

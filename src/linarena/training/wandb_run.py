@@ -153,9 +153,10 @@ def wandb_logger(
             mode = "offline"
     kwargs.setdefault("id", run_id(output_dir, ckpt_path is not None,
                                    write=rank_zero_only.rank == 0))
-    # The end-of-run history and summary wandb prints are 30-odd lines; train.py prints where
-    # the run is instead.
-    kwargs.setdefault("settings", wandb.Settings(quiet=True))
+    # The end-of-run history and summary wandb prints are 30-odd lines, and an offline run's
+    # header is three lines ending in an advertisement (`wandb leet`); train.py prints where
+    # the run is and how to upload it instead.
+    kwargs.setdefault("settings", wandb.Settings(quiet=True, silent=mode == "offline"))
     logger = StepWandbLogger(save_dir=str(output_dir), mode=mode, resume="allow",
                              tags=sorted({*tags, *extra_tags}), **kwargs)
     # WandbLogger always passes `anonymous`, which wandb deprecated and warns about at each run.

@@ -6,8 +6,9 @@ time, command). A second process that wants the folder is refused with that desc
 lock is released by the OS when its holder dies, even by ``kill -9``; the owner record it leaves
 is then stale, and the next process takes the folder over with a note.
 
-Only rank 0 takes the lock: the other DDP ranks (re-run by Lightning or started by Slurm with the
-same folder) belong to the same training.
+Only rank 0 takes the lock: the other DDP ranks (re-run by Lightning, or started by Slurm or
+torchrun, with the same folder) belong to the same training. The ranks are read from the
+variables those launchers set, so that this module loads without torch.
 
 Hydra writes a job's ``.hydra/`` files before the job can take the lock, so a refused second
 process has already overwritten them; the owner puts its own back when it releases the folder.
@@ -27,7 +28,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
-from lightning.fabric.utilities.rank_zero import rank_zero_only
 
 from linarena.errors import ResumeError
 from linarena.files import write_bytes_atomic, write_text_atomic
@@ -35,6 +35,8 @@ from linarena.files import write_bytes_atomic, write_text_atomic
 LOCK_FILE = ".run.lock"
 OWNER_FILE = ".run_owner.json"
 HYDRA_DIR = ".hydra"
+# Set (non-zero) in every process of a distributed training but the first one.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,7 @@ def run_folder_lock(folder: Path) -> Iterator[None]:
 
     Raises RunFolderBusyError, naming the owner, when another live process holds it.
     """
-    if rank_zero_only.rank != 0:
+    if any(os.environ.get(name, "0") != "0" for name in RANK_VARIABLES):
         yield
         return
     folder.mkdir(parents=True, exist_ok=True)
