@@ -207,7 +207,7 @@ def write_checkpoint(path: Path, weight: float, exp_avg_sq: float = 1.0) -> Path
 def test_a_checkpoint_holding_nan_is_refused_when_read(tmp_path: Path) -> None:
     (tmp_path / "checkpoints").mkdir()
     clean = write_checkpoint(tmp_path / "checkpoints" / "clean.ckpt", 1.0)
-    cfg, resume = restore_run_config(OmegaConf.create({"ckpt_path": str(clean)}), tmp_path)
+    _, resume = restore_run_config(OmegaConf.create({"ckpt_path": str(clean)}), tmp_path)
     assert resume.step == 7  # a metric's -inf is not a weight
     for weight, state in ((math.nan, 1.0), (1.0, math.inf)):
         bad = write_checkpoint(tmp_path / "checkpoints" / "last.ckpt", weight, state)
