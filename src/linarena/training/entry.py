@@ -35,7 +35,7 @@ def explain(err: BaseException, output_dir: Path) -> str:
         step = clean_checkpoint_step(last)
         if step is not None:
             kept = (
-                f"The last clean checkpoint (weights and optimizer state checked finite) is "
+                f"The last clean checkpoint (weights and optimizer state finite) is "
                 f"{last}, step {step}. Resume from it with a lower learning rate: python train.py "
                 f"ckpt_path=last hydra.run.dir={output_dir} {lower} (a longer "
                 "optim.warmup_steps or trainer.precision=32-true may help too)."

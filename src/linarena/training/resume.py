@@ -102,11 +102,6 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     return checkpoint
 
 
-def checkpoint_step(path: Path) -> int:
-    """The global step stored in a Lightning checkpoint (see read_checkpoint)."""
-    return int(read_checkpoint(path)["global_step"])
-
-
 def check_finite(path: Path, checkpoint: dict[str, Any]) -> None:
     """CheckpointError when the checkpoint's weights or optimizer state hold NaN or inf: training
     from it would diverge at once, whatever the learning rate."""
