@@ -15,7 +15,8 @@ from training_helpers import compose_config
 from linarena.data import DataFormatError, ImageDataModule, ListOpsDataModule, PathfinderDataModule
 from linarena.data.errors import DataConfigError, DataDirError
 from linarena.data.pathfinder import read_pathfinder_images
-from linarena.training.entry import USER_ERRORS, run_job
+from linarena.errors import LinarenaError
+from linarena.training.entry import run_job
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +67,7 @@ def test_pathfinder_without_usable_images_says_what_to_change(tmp_path: Path) ->
     dm = PathfinderDataModule(tmp_path, source="official", num_val=2, num_test=2)
     with pytest.raises(DataConfigError, match=r"only 0 usable Pathfinder images.*data.num_val") as err:
         dm.setup()
-    assert isinstance(err.value, USER_ERRORS)  # train.py prints it as one line
+    assert isinstance(err.value, LinarenaError)  # train.py prints it as one line
 
 
 def test_a_16_bit_png_is_scaled_not_clipped(tmp_path: Path) -> None:
@@ -84,7 +85,7 @@ def test_cifar_num_val_larger_than_the_training_set_says_the_range(tmp_path: Pat
     write_cifar_folder(tmp_path, per_file=4)  # 20 training images
     with pytest.raises(DataConfigError, match=r"set data.num_val between 1 and 19") as err:
         ImageDataModule(tmp_path, num_val=50).setup()
-    assert isinstance(err.value, USER_ERRORS)
+    assert isinstance(err.value, LinarenaError)
 
 
 def test_a_data_dir_that_is_a_file_is_named(tmp_path: Path) -> None:

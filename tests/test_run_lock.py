@@ -79,3 +79,25 @@ def test_the_owner_puts_back_the_hydra_files_a_refused_process_overwrote(tmp_pat
         (folder / ".hydra" / "resume" / "config.yaml").write_text("intruder's resume\n")
     assert (folder / ".hydra" / "config.yaml").read_text() == "owner's config\n"
     assert not (folder / ".hydra" / "resume" / "config.yaml").exists()
+
+
+def test_train_py_refuses_a_folder_another_process_trains_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from training_helpers import compose_config
+
+    from linarena.training.entry import run_job
+
+    folder = tmp_path / "run"
+    holder = start_holder(folder)
+    try:
+        cfg = compose_config(["debug=smoke", "logger=none"], output_dir=folder)
+        with pytest.raises(SystemExit) as exit_info:
+            run_job(cfg)
+        assert exit_info.value.code == 1
+        message = capsys.readouterr().err
+        assert f"in use: pid {holder.pid}" in message and "Traceback" not in message
+        assert folder.is_dir()  # the owner's folder is left alone
+    finally:
+        holder.kill()
+        holder.wait()

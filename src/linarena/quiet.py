@@ -15,6 +15,8 @@ DROPPED_LOG_RECORDS = (
 IGNORED_WARNINGS = (
     # Lightning's own pytree helper calls an API torch deprecated; nothing a user can change.
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    # torchdata's StatefulDataLoader calls torch.set_vital, which torch deprecated.
+    r"'set_vital' is deprecated",
 )
 # On resume only: the checkpoint folder of the run being resumed is expected to hold checkpoints
 # (for a new run in an old folder the warning stays: it would overwrite them).
