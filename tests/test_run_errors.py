@@ -5,6 +5,7 @@ checkpoints checked when read, and what a resume may change."""
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import os
 import shutil
@@ -14,6 +15,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from torch import nn
 from training_helpers import compose_config, compose_with_hydra
 
 from linarena.data.errors import DataNotFoundError
@@ -26,10 +28,11 @@ from linarena.errors import (
     ResumeError,
 )
 from linarena.launch_check import launcher_problem
-from linarena.training import entry
+from linarena.training import ClassificationModule, entry
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.checks import check_accelerator, check_config
 from linarena.training.memory import check_memory
+from linarena.training.optim import OptimSettings
 from linarena.training.resume import check_resume_changes, restore_run_config
 
 SMOKE = ["debug=smoke", "logger=none"]
@@ -230,3 +233,17 @@ def test_a_resume_may_change_how_often_it_validates_but_not_the_model(tmp_path: 
                           "trainer.val_check_interval": (100, 12)}, tmp_path)
     with pytest.raises(ResumeError, match=r"model\.d_model: 32 -> 64"):
         check_resume_changes({"model.d_model": (32, 64)}, tmp_path)
+
+
+def test_the_model_summary_has_no_all_zero_flops_column(caplog: pytest.LogCaptureFixture) -> None:
+    from lightning.pytorch.utilities.model_summary import summarize
+
+    from linarena.training.progress import CompactModelSummary
+
+    module = ClassificationModule(nn.Linear(4, 3), OptimSettings(), 3, "sequence")
+    summary = summarize(module)
+    with caplog.at_level(logging.INFO):
+        CompactModelSummary.summarize(summary._get_summary_data(), summary.total_parameters,
+                                      summary.trainable_parameters, summary.model_size,
+                                      summary.total_training_modes, total_flops=0)
+    assert "| Params" in caplog.text and "| FLOPs" not in caplog.text
