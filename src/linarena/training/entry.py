@@ -20,9 +20,10 @@ from linarena.training.signals import RunStopped
 
 # OS errors whose cause is the machine, not the code: reported in one line.
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# Failures after which a new run's folder is kept: it is another process's, or it trained.
+KEEP_FOLDER_ON = (RunFolderBusyError, NonFiniteStateError, RunStopped)
 # What a new run writes before it trains (Hydra's files and log, the lock, the logger's first
 # files): a failed new run whose folder holds nothing else leaves no folder behind.
-KEEP_FOLDER_ON = (RunFolderBusyError, NonFiniteStateError, RunStopped)  # another's, or trained
 SETUP_FILES = {".hydra", LOCK_FILE, OWNER_FILE, "wandb", "wandb_run_id.txt", "csv"}
 
 
