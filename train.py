@@ -6,14 +6,19 @@ Configs live in conf/ (Hydra); the work is done by linarena.training.run.train.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-# paths.root_dir (and so the default data/ and outputs/ folders) is this repository.
-os.environ.setdefault("LINARENA_ROOT", str(Path(__file__).resolve().parent))
+RESUME_SUBDIR = ".hydra/resume"
+
+
+def hydra_output_subdir(ckpt_path: str | None) -> str:
+    """Where Hydra writes a job's own config files (conf/hydra/default.yaml: output_subdir). A
+    resumed run (ckpt_path set) writes them to .hydra/resume/, so that the run's
+    .hydra/config.yaml and overrides.yaml, the record of how it started, stay untouched."""
+    return ".hydra" if ckpt_path is None else RESUME_SUBDIR
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -26,16 +31,8 @@ def main(cfg: DictConfig) -> float:
     return run_job(cfg)
 
 
-def write_resume_files_apart(argv: list[str]) -> None:
-    """A resumed run (ckpt_path=...) writes its own Hydra files to .hydra/resume/, so that the
-    run's .hydra/config.yaml and overrides.yaml, the record of how it started, stay untouched."""
-    resuming = any(
-        a.startswith("ckpt_path=") and a not in ("ckpt_path=null", "ckpt_path=") for a in argv
-    )
-    if resuming and not any(a.startswith("hydra.output_subdir=") for a in argv):
-        argv.append("hydra.output_subdir=.hydra/resume")
-
-
 if __name__ == "__main__":
-    write_resume_files_apart(sys.argv)
+    # paths.root_dir (and so the default data/ and outputs/ folders) is this repository.
+    os.environ.setdefault("LINARENA_ROOT", str(Path(__file__).resolve().parent))
+    OmegaConf.register_new_resolver("linarena.hydra_output_subdir", hydra_output_subdir)
     main()

@@ -28,7 +28,8 @@ from linarena.data import (
 )
 from linarena.data.errors import DataConfigError, DataDirError
 from linarena.data.pathfinder import read_pathfinder_images
-from linarena.training.entry import USER_ERRORS, run_job
+from linarena.errors import LinarenaError
+from linarena.training.entry import run_job
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +80,7 @@ def test_pathfinder_without_usable_images_says_what_to_change(tmp_path: Path) ->
     dm = PathfinderDataModule(tmp_path, source="official", num_val=2, num_test=2)
     with pytest.raises(DataConfigError, match=r"only 0 usable Pathfinder images.*data.num_val") as err:
         dm.setup()
-    assert isinstance(err.value, USER_ERRORS)  # train.py prints it as one line
+    assert isinstance(err.value, LinarenaError)  # train.py prints it as one line
 
 
 def test_a_16_bit_png_is_scaled_not_clipped(tmp_path: Path) -> None:
@@ -97,7 +98,7 @@ def test_cifar_num_val_larger_than_the_training_set_says_the_range(tmp_path: Pat
     write_cifar_folder(tmp_path, per_file=4)  # 20 training images
     with pytest.raises(DataConfigError, match=r"set data.num_val between 1 and 19") as err:
         ImageDataModule(tmp_path, num_val=50).setup()
-    assert isinstance(err.value, USER_ERRORS)
+    assert isinstance(err.value, LinarenaError)
 
 
 def test_a_data_dir_that_is_a_file_is_named(tmp_path: Path) -> None:
@@ -119,7 +120,7 @@ def run_message(tmp_path: Path, capsys: pytest.CaptureFixture, *overrides: str) 
     (["trainer.max_steps=0"], "trainer.max_steps=0 trains nothing"),
     (["data.num_workers=-1"], "data.num_workers must be >= 0"),
     (["attention=cosformer", "model.causal=true", "model.pooling=mean",
-      "attention.max_length=16"], "attention.max_length=16 is below data.max_length=128"),
+      "attention.max_length=16"], "sequence length 128 exceeds max_length=16"),
 ])
 def test_settings_that_cannot_work_are_refused_before_training(
     tmp_path: Path, capsys: pytest.CaptureFixture, overrides: list[str], expected: str

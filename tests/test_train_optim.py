@@ -12,7 +12,7 @@ from torch import nn
 
 from linarena.attention import SoftmaxAttention
 from linarena.models import TransformerClassifier
-from linarena.training import ClassificationModule, NonFiniteLossError
+from linarena.training import ClassificationModule, NonFiniteStateError
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.optim import (
     OptimSettings,
@@ -116,10 +116,15 @@ def test_bad_optim_settings_name_the_key() -> None:
         OptimSettings(schedule="linear")
     with pytest.raises(ValueError, match=r"optim\.lr"):
         OptimSettings(lr=0.0)
+    # A word where a number belongs: a one-line message, not a TypeError from a comparison.
+    with pytest.raises(ValueError, match=r"optim\.lr must be a number, got 'fast'"):
+        OptimSettings(lr="fast")
+    with pytest.raises(ValueError, match=r"optim\.warmup_steps must be an integer"):
+        OptimSettings(warmup_steps="many")
 
 
 def test_a_checkpoint_with_non_finite_optimizer_state_is_never_written() -> None:
-    module = ClassificationModule(tiny_model(), OptimSettings(), 3, "sequence", "elu")
+    module = ClassificationModule(tiny_model(), OptimSettings(), 3, "sequence")
     trainer = Trainer(
         accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False,
@@ -128,13 +133,13 @@ def test_a_checkpoint_with_non_finite_optimizer_state_is_never_written() -> None
     for param in module.parameters():
         param.grad = torch.ones_like(param)
     optimizer.step()
-    guard = FiniteCheckpointGuard("elu")
+    guard = FiniteCheckpointGuard("elu", lr=1e-3)
     checkpoint = {"state_dict": module.state_dict(), "optimizer_states": [optimizer.state_dict()]}
     guard.on_save_checkpoint(trainer, module, checkpoint)  # finite: nothing happens
     # Finite weights, infinite second moment: the state the old per-step checks let through.
     next(iter(optimizer.state.values()))["exp_avg_sq"].fill_(float("inf"))
     checkpoint["optimizer_states"] = [optimizer.state_dict()]
-    with pytest.raises(NonFiniteLossError, match=r"optimizer_states/0/state/0/exp_avg_sq"):
+    with pytest.raises(NonFiniteStateError, match=r"optimizer_states/0/state/0/exp_avg_sq"):
         guard.on_save_checkpoint(trainer, module, checkpoint)
 
 
@@ -150,15 +155,13 @@ class NaNModel(nn.Module):
 def test_the_training_step_does_not_wait_for_the_device_to_check_the_loss() -> None:
     # Finiteness is checked once per checkpoint (FiniteCheckpointGuard), not with a
     # device-to-host sync every step: a NaN loss is returned, not inspected.
-    module = ClassificationModule(NaNModel(), OptimSettings(), 3, "sequence", "performer")
+    module = ClassificationModule(NaNModel(), OptimSettings(), 3, "sequence")
     module.trainer = Trainer(
         accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False,
     )
     module.log = lambda *args, **kwargs: None
-    module.lr_schedulers = lambda: torch.optim.lr_scheduler.LambdaLR(
-        torch.optim.SGD(module.parameters(), lr=1.0), lambda step: 1.0
-    )
+    module.trainer.optimizers = [torch.optim.SGD(module.parameters(), lr=1.0)]
     batch = {
         "tokens": torch.ones(2, 4, dtype=torch.long),
         "mask": torch.ones(2, 4, dtype=torch.bool),

@@ -57,13 +57,17 @@ def test_resume_uses_the_runs_own_config_and_applies_allowed_changes(
     assert done.returncode == 0 and "already finished" in done.stdout
     assert summary(run)["metrics"]["perf/tokens_per_sec"] > 0  # unchanged
 
+    # How often to validate may change too: the advice "set trainer.val_check_interval to at
+    # most N" for a short resume can be followed.
     longer = run_train(["ckpt_path=last", f"hydra.run.dir={run}", "trainer.max_steps=8",
-                        "optim.lr=0.0005"], tmp_path, data_dir)
+                        "optim.lr=0.0005", "trainer.val_check_interval=4"], tmp_path, data_dir)
     assert longer.returncode == 0, longer.stderr[-3000:]
     result = summary(run)
     assert result["attention"] == "performer" and result["global_step"] == 8
     assert result["hparams"]["lr"] == 0.0005
     assert result["resumes"][-1]["changes"]["optim.lr"] == {"before": 0.002, "after": 0.0005}
+    assert result["resumes"][-1]["changes"]["trainer.val_check_interval"] == {
+        "before": 2, "after": 4}
     history = yaml.safe_load((run / "resume_history.yaml").read_text())
     assert [h["from_step"] for h in history] == [4]
     # The restored optimizer and schedule really use the new lr: rsqrt, warmup 2, at step 8.
@@ -116,6 +120,7 @@ def test_a_signal_saves_a_checkpoint_says_how_to_resume_and_exits_non_zero(
                         tmp_path, data_dir)
     assert stopped.returncode == code, stopped.stderr[-3000:]
     assert f"Stopped by {signal_name} at step 3" in stopped.stderr
+    assert "`weights_only` was not set" not in stopped.stdout + stopped.stderr
     assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 3
     assert not (run / "summary.json").exists()
 

@@ -1,3 +1,4 @@
-"""linarena: softmax, elu+1, Performer and cosFormer attention compared on Long Range Arena."""
+"""linarena: softmax and linear attention variants (conf/attention/ lists them) compared on Long
+Range Arena and MQAR."""
 
 __version__ = "0.1.0"

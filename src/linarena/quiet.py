@@ -15,9 +15,9 @@ DROPPED_LOG_RECORDS = (
 IGNORED_WARNINGS = (
     # Lightning's own pytree helper calls an API torch deprecated; nothing a user can change.
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    # torchdata's StatefulDataLoader calls torch.set_vital, which torch deprecated.
+    r"'set_vital' is deprecated",
 )
-# Loggers whose INFO lines are noise: Optuna's storage migrations (alembic).
-WARNINGS_ONLY = ("alembic",)
 # On resume only: the checkpoint folder of the run being resumed is expected to hold checkpoints
 # (for a new run in an old folder the warning stays: it would overwrite them).
 IGNORED_ON_RESUME = (r"Checkpoint directory .* exists and is not empty",)
@@ -44,5 +44,3 @@ def silence_library_noise(resuming: bool = False) -> None:
             logger.addFilter(_DropMessages(texts))
     for message in IGNORED_WARNINGS + (IGNORED_ON_RESUME if resuming else ()):
         warnings.filterwarnings("ignore", message=message)
-    for name in WARNINGS_ONLY:
-        logging.getLogger(name).setLevel(logging.WARNING)

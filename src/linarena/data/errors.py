@@ -10,14 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from linarena.errors import LinarenaError
+from linarena.errors import DataError
 
 # Characters of a file's content quoted in a message, at most.
 EXCERPT_CHARS = 60
-
-
-class DataError(LinarenaError):
-    """A task's data is absent, malformed or does not fit its settings."""
 
 
 class DataNotFoundError(DataError, FileNotFoundError):

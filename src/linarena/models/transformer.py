@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from linarena.errors import ConfigError
 from linarena.models.blocks import LAYER_NORM_EPS, TransformerBlock
 from linarena.models.embedding import TokenPositionEmbedding
 from linarena.models.heads import ClassifierHead, PairHead
@@ -15,7 +16,7 @@ HEAD_KINDS = ("sequence", "pair", "token")
 POOLINGS = ("cls", "mean", "first")
 
 
-class SequenceTooLongError(ValueError):
+class SequenceTooLongError(ConfigError, ValueError):
     """An input is longer than the model's position table (model.max_length)."""
 
 

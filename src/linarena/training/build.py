@@ -14,15 +14,19 @@ from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from linarena.errors import ConfigError
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.checks import (
+    DATAMODULE_ARGS,
+    TRAINER_ARGS,
+    check_accelerator,
     check_config,
     check_ddp_launch,
     resolve_ckpt_path,
     resolve_precision,
 )
-from linarena.training.errors import ConfigError
+from linarena.training.memory import check_memory
 from linarena.training.module import ClassificationModule
 from linarena.training.perf import PerfMonitor
 from linarena.training.signals import SaveOnSignal
@@ -37,8 +41,6 @@ class Components:
     module: ClassificationModule
     trainer: Trainer
     perf: PerfMonitor
-    task: str
-    attention: str
     precision: str
     ckpt_path: str | None
     signals: SaveOnSignal
@@ -57,14 +59,9 @@ def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
 def build_model(cfg: DictConfig, datamodule: LightningDataModule) -> nn.Module:
     """The model of `cfg.model` with one `cfg.attention` core per layer, sized by the datamodule
     (its constructor is enough: no data is read)."""
-    return instantiate_group(
-        cfg.model,
-        "model",
-        vocab_size=datamodule.vocab_size,
-        num_classes=datamodule.num_classes,
-        head_kind=datamodule.head_kind,
-        attention=instantiate_group(cfg.attention, "attention"),
-    )
+    sizes = {name: getattr(datamodule, name) for name in DATAMODULE_ARGS}
+    attention = instantiate_group(cfg.attention, "attention")
+    return instantiate_group(cfg.model, "model", **sizes, attention=attention)
 
 
 def build_loggers(cfg: DictConfig) -> list[Logger]:
@@ -81,23 +78,23 @@ def build_components(
 ) -> Components:
     """Check the config, then build every object of the run (no data is loaded yet)."""
     check_config(cfg)
+    check_accelerator(cfg.trainer)
     check_ddp_launch(cfg.trainer, multirun, launcher_target)
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), output_dir)
     seed_everything(cfg.seed, workers=True)
 
     datamodule = instantiate_group(cfg.data, "data")
+    check_memory(cfg, str(cfg.trainer.accelerator))
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)
     model = build_model(cfg, datamodule)
     optim = instantiate_group(cfg.optim, "optim", _convert_="all")
-    module = ClassificationModule(
-        model, optim, datamodule.num_classes, datamodule.head_kind, attention_name=attention
-    )
+    module = ClassificationModule(model, optim, datamodule.num_classes, datamodule.head_kind)
 
     loggers = build_loggers(cfg)
     perf = PerfMonitor()
     # Always on: no checkpoint with NaN/inf state is written; SIGTERM/SIGINT save one.
-    guard = FiniteCheckpointGuard(attention)
+    guard = FiniteCheckpointGuard(attention, optim.lr)
     signals = SaveOnSignal(output_dir / "checkpoints")
     callbacks = [
         instantiate_group(node, f"callbacks.{key}")
@@ -113,19 +110,18 @@ def build_components(
     strategy = str(cfg.trainer.get("strategy", "auto"))
     # Sharded strategies (fsdp, deepspeed) bring their own checkpoint writers.
     plugins = [] if any(s in strategy for s in ("fsdp", "deepspeed")) else [AtomicCheckpointIO()]
+    injected = (
+        [*callbacks, perf, guard, signals],  # callbacks
+        loggers or False,  # logger
+        precision,
+        plugins,
+    )
     trainer = instantiate_group(
-        cfg.trainer,
-        "trainer",
-        callbacks=[*callbacks, perf, guard, signals],
-        logger=loggers or False,
-        precision=precision,
-        plugins=plugins,
+        cfg.trainer, "trainer", **dict(zip(TRAINER_ARGS, injected, strict=True))
     )
     for logger in loggers:
         logger.log_hyperparams(logged_config(cfg, task, attention, precision))
-    return Components(
-        datamodule, module, trainer, perf, task, attention, precision, ckpt_path, signals
-    )
+    return Components(datamodule, module, trainer, perf, precision, ckpt_path, signals)
 
 
 def logged_config(cfg: DictConfig, task: str, attention: str, precision: str) -> dict[str, Any]:

@@ -1,14 +1,18 @@
-"""Checkpoint writing that never leaves a truncated file behind."""
+"""Checkpoint writing that never leaves a truncated file behind, and says how much space a
+checkpoint needed when the disk is full."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from linarena.errors import ResourceError
 from linarena.files import atomic_path
+from linarena.training.environment import os_error_message
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -25,5 +29,22 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" in str(path) or storage_options is not None:
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        with atomic_path(path) as tmp:
-            torch.save(checkpoint, tmp)
+        try:
+            with atomic_path(path) as tmp:
+                torch.save(checkpoint, tmp)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            err.filename = err.filename or str(path)
+            raise ResourceError(os_error_message(err, checkpoint_bytes(checkpoint))) from err
+
+
+def checkpoint_bytes(checkpoint: Any) -> int:
+    """The bytes of the tensors in a checkpoint (what torch.save writes, less a little)."""
+    if isinstance(checkpoint, torch.Tensor):
+        return checkpoint.nelement() * checkpoint.element_size()
+    if isinstance(checkpoint, dict):
+        return sum(checkpoint_bytes(value) for value in checkpoint.values())
+    if isinstance(checkpoint, list | tuple):
+        return sum(checkpoint_bytes(value) for value in checkpoint)
+    return 0

@@ -13,14 +13,19 @@ import torch
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig
 
-from linarena.training.errors import ConfigError
+from linarena.attention import LinearAttention
+from linarena.errors import ConfigError
 from linarena.training.resume import checkpoint_path
 
-# Filled in by the code from the datamodule or per layer, never set in the config.
+# Arguments the code passes to each group's _target_, never set in the config. build.py builds
+# its keyword arguments from these names, so the two cannot drift apart.
+DATAMODULE_ARGS = ("vocab_size", "num_classes", "head_kind")  # model sizes from the datamodule
+ATTENTION_ARGS = ("head_dim", "causal")  # per layer, from the model (TransformerClassifier)
+TRAINER_ARGS = ("callbacks", "logger", "precision", "plugins")
 INJECTED = {
-    "model": {"vocab_size", "num_classes", "head_kind", "attention"},
-    "attention": {"head_dim", "causal"},
-    "trainer": {"callbacks", "logger", "precision", "plugins"},
+    "model": {*DATAMODULE_ARGS, "attention"},
+    "attention": set(ATTENTION_ARGS),
+    "trainer": set(TRAINER_ARGS),
 }
 # Strategies whose processes are started by the strategy itself inside the current process tree
 # (spawn/fork) rather than by re-running the script.
@@ -53,14 +58,11 @@ def check_keys(node: DictConfig, group: str) -> None:
     keys = {k for k in node if not str(k).startswith("_")}
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     names = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    unknown = sorted(keys - set(names)) if not takes_any else []
-    if unknown:
-        valid = [n for n in names if n not in injected and n != "self"]
-        hints = [_did_you_mean(key, valid) for key in unknown]
-        listed = "; ".join(f"{group}.{key}{hint}" for key, hint in zip(unknown, hints, strict=True))
-        raise ConfigError(
-            f"Unknown config key(s): {listed}. {node['_target_']} accepts: {', '.join(valid)}."
-        )
+    if not takes_any:
+        # Injected names are accepted (trainer.precision is set in the config, then resolved)
+        # but not offered as suggestions.
+        shown = [n for n in names if n not in injected and n != "self"]
+        check_known_keys(keys, names, group, f"{node['_target_']} accepts", shown)
     missing = [
         n
         for n, p in params.items()
@@ -77,6 +79,24 @@ def check_keys(node: DictConfig, group: str) -> None:
         )
 
 
+def check_known_keys(
+    keys: Iterable[str],
+    accepted: Iterable[str],
+    group: str,
+    whose: str,
+    shown: Iterable[str] | None = None,
+) -> None:
+    """The one key checker: ConfigError naming each key of `keys` not in `accepted` as
+    `<group>.<key>`, with the closest of the `shown` keys (default: all accepted) as "did you
+    mean ...?"; `whose` introduces their list, e.g. "lightning.pytorch.Trainer accepts"."""
+    valid = list(accepted if shown is None else shown)
+    unknown = sorted(set(keys) - set(accepted))
+    if unknown:
+        hints = [_did_you_mean(key, valid) for key in unknown]
+        listed = "; ".join(f"{group}.{key}{hint}" for key, hint in zip(unknown, hints, strict=True))
+        raise ConfigError(f"Unknown config key(s): {listed}. {whose}: {', '.join(valid)}.")
+
+
 def _did_you_mean(key: str, valid: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(valid), n=1)
     return f" (did you mean {close[0]}?)" if close else ""
@@ -89,17 +109,10 @@ def check_config(cfg: DictConfig) -> None:
     for name, node in cfg.get("callbacks", {}).items():
         if isinstance(node, DictConfig) and "_target_" in node:
             check_keys(node, f"callbacks.{name}")
+    check_seed(cfg.get("seed"))
     check_validation_runs(cfg.trainer)
     model = cfg.model
     check_attention_builds(cfg)
-    attention_length = cfg.attention.get("max_length")
-    if model.causal and attention_length is not None and attention_length < cfg.data.max_length:
-        raise ConfigError(
-            f"attention.max_length={attention_length} is below data.max_length="
-            f"{cfg.data.max_length}: causal cosFormer's weight cos(pi/2 * (i - j) / M) needs M "
-            "to cover the longest sequence. Drop the attention.max_length override (it follows "
-            f"model.max_length) or set it to at least {cfg.data.max_length}."
-        )
     if model.max_length < cfg.data.max_length:
         raise ConfigError(
             f"data.max_length={cfg.data.max_length} is longer than model.max_length="
@@ -109,10 +122,18 @@ def check_config(cfg: DictConfig) -> None:
         )
 
 
+def check_seed(seed: Any) -> None:
+    """The training seed must be an integer (Lightning's seed_everything would fail with a
+    traceback on anything else)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"seed={seed!r}: the seed must be an integer, e.g. seed=1 (or seed=null for a random one).")
+
+
 def check_attention_builds(cfg: DictConfig) -> None:
-    """Build one attention layer as the model will, so that the constructors' own checks (e.g.
-    causal cosFormer's max_length) fail now, before any data is prepared, and are written once.
-    Runs before the run's seed is set: a random draw here changes no result."""
+    """Build one attention layer as the model will and ask it whether it can take sequences of
+    data.max_length tokens, so that the constructors' own checks (e.g. causal cosFormer's
+    max_length) fail now, before any data is prepared, and are written once. Runs before the
+    run's seed is set: a random draw here changes no result."""
     model = cfg.model
     width = model.get("qkv_dim") or model.d_model
     if model.num_heads < 1 or width % model.num_heads != 0:
@@ -121,7 +142,10 @@ def check_attention_builds(cfg: DictConfig) -> None:
         if isinstance(node, DictConfig) and "_target_" in node:
             check_keys(node, f"attention.{key}")
     try:
-        instantiate(cfg.attention)(head_dim=width // model.num_heads, causal=model.causal)
+        args = (width // model.num_heads, model.causal)
+        layer = instantiate(cfg.attention)(**dict(zip(ATTENTION_ARGS, args, strict=True)))
+        if isinstance(layer, LinearAttention):
+            layer.feature_map.check_length(cfg.data.max_length)
     except Exception as err:
         cause = err.__cause__ or err
         raise ConfigError(f"attention ({cfg.attention._target_}): {cause}") from err
@@ -171,6 +195,20 @@ def count_devices(devices: Any, accelerator: str) -> int:
             return gpus or 1
         return len([d for d in devices.split(",") if d.strip()])
     return len(list(devices))
+
+
+def check_accelerator(trainer: DictConfig) -> None:
+    """A GPU accelerator asked for on a machine without one: the way out, instead of
+    Lightning's "No supported gpu backend found!"."""
+    accelerator = str(trainer.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        devices = trainer.get("devices", 1)
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} (trainer.devices={devices}), but this machine "
+            "has no GPU that PyTorch can use. Add trainer.accelerator=cpu to run on the CPU "
+            f"(with trainer=ddp, trainer.devices={devices} starts {devices} CPU processes), or "
+            "run on a machine with a GPU."
+        )
 
 
 def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str | None) -> None:

@@ -2,58 +2,76 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from linarena.data.errors import DataConfigError, DataFormatError, DataNotFoundError
-from linarena.models import SequenceTooLongError
-from linarena.training.errors import LinarenaError, NonFiniteLossError
-from linarena.training.resume import checkpoint_step
+from linarena.errors import LinarenaError, NonFiniteStateError
+from linarena.run_lock import LOCK_FILE, OWNER_FILE, RunFolderBusyError, run_folder_lock
+from linarena.training.environment import normalise_environment, os_error_message
+from linarena.training.resume import clean_checkpoint_step
 from linarena.training.run import hydra_context, train
 from linarena.training.signals import RunStopped
 
-# Failures whose message already says what is wrong and what to change.
-USER_ERRORS = (
-    LinarenaError,
-    DataNotFoundError,
-    DataFormatError,
-    DataConfigError,
-    SequenceTooLongError,
-)
+# OS errors whose cause is the machine, not the code: reported in one line.
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+# Failures after which a new run's folder is kept: it is another process's, or it trained.
+KEEP_FOLDER_ON = (RunFolderBusyError, NonFiniteStateError, RunStopped)
+# What a new run writes before it trains (Hydra's files and log, the lock, the logger's first
+# files): a failed new run whose folder holds nothing else leaves no folder behind.
+SETUP_FILES = {".hydra", LOCK_FILE, OWNER_FILE, "wandb", "wandb_run_id.txt", "csv"}
 
 
-def explain(err: BaseException, output_dir: Path, lr: float) -> str:
+def explain(err: BaseException, output_dir: Path) -> str:
     """The message for a user-facing failure, with the way forward for a diverged run."""
     message = str(err)
-    if isinstance(err, NonFiniteLossError):
+    if isinstance(err, NonFiniteStateError):
+        lower = f"optim.lr={err.lr / 10:g}" if err.lr else "a lower optim.lr"
         last = output_dir / "checkpoints" / "last.ckpt"
-        if last.is_file():
-            step = checkpoint_step(last)
+        step = clean_checkpoint_step(last)
+        if step is not None:
             kept = (
-                f"The last clean checkpoint (weights and optimizer state finite) is {last}, "
-                f"step {step}. Resume from it with a lower learning rate: python train.py "
-                f"ckpt_path=last hydra.run.dir={output_dir} optim.lr={lr / 10:g} (a longer "
+                f"The last clean checkpoint (weights and optimizer state finite) is "
+                f"{last}, step {step}. Resume from it with a lower learning rate: python train.py "
+                f"ckpt_path=last hydra.run.dir={output_dir} {lower} (a longer "
                 "optim.warmup_steps or trainer.precision=32-true may help too)."
+            )
+        elif last.is_file():
+            kept = (
+                f"{last} is not clean (it holds non-finite values or cannot be read): start "
+                f"again in a new folder with {lower}, a longer optim.warmup_steps or "
+                "trainer.precision=32-true."
             )
         else:
             kept = (
-                "No checkpoint had been saved yet: start again with a lower optim.lr (e.g. "
-                f"optim.lr={lr / 10:g}), a longer optim.warmup_steps or trainer.precision=32-true."
+                f"No checkpoint had been saved yet: start again with {lower}, a longer "
+                "optim.warmup_steps or trainer.precision=32-true."
             )
         message += f" {kept}"
     return message
 
 
+def remove_if_unused(output_dir: Path) -> None:
+    """Remove the folder of a new run that failed before writing anything of its own."""
+    if not output_dir.is_dir():
+        return
+    entries = list(output_dir.iterdir())
+    if all(e.name in SETUP_FILES or e.suffix == ".log" for e in entries):
+        shutil.rmtree(output_dir, ignore_errors=True)
+
+
 def run_job(cfg: DictConfig) -> float:
-    """train(cfg), with user-facing failures printed as one message, then exit status 1.
+    """train(cfg) while owning the run folder, with user-facing failures printed as one message,
+    then exit status 1 (or the signal's status for a run stopped by SIGTERM/SIGINT).
 
     Config and data errors end a multirun too (the other jobs would mostly hit the same error).
-    A diverged run (non-finite loss) in a multirun is re-raised instead, so Hydra marks that job
-    failed and runs the others: the basic sweeper reports the failure at the end, the Optuna
+    A diverged run (non-finite weights) in a multirun is re-raised instead, so Hydra marks that
+    job failed and runs the others: the basic sweeper reports the failure at the end, the Optuna
     sweeper records a failed trial and goes on (hparams_search/optuna.yaml: max_failure_rate).
     Set HYDRA_FULL_ERROR=1 for the full traceback instead.
     """
@@ -62,13 +80,23 @@ def run_job(cfg: DictConfig) -> float:
         # would print every Lightning message a second time.
         for handler in list(logging.getLogger("lightning").handlers):
             logging.getLogger("lightning").removeHandler(handler)
+    output_dir = Path(cfg.paths.output_dir).resolve()
     try:
-        return train(cfg)
-    except USER_ERRORS as err:
+        normalise_environment()
+        with run_folder_lock(output_dir):
+            return train(cfg)
+    except (LinarenaError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        message = explain(err, Path(cfg.paths.output_dir).resolve(), getattr(err, "lr", None) or float(cfg.optim.lr))
-        print(f"\nError: {message}", file=sys.stderr, flush=True)
-        if isinstance(err, NonFiniteLossError) and hydra_context()[0]:
+        if isinstance(err, LinarenaError):
+            message, exit_code = explain(err, output_dir), err.exit_code
+        elif err.errno in MACHINE_ERRNOS:
+            message, exit_code = os_error_message(err), 1
+        else:
             raise
-        sys.exit(err.exit_code if isinstance(err, RunStopped) else 1)
+        if cfg.get("ckpt_path") is None and not isinstance(err, KEEP_FOLDER_ON):
+            remove_if_unused(output_dir)
+        print(f"\nError: {message}", file=sys.stderr, flush=True)
+        if isinstance(err, NonFiniteStateError) and hydra_context()[0]:
+            raise
+        sys.exit(exit_code)

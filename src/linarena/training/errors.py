@@ -1,13 +1,5 @@
-"""Errors that end a run with a one-paragraph message instead of a traceback."""
+"""The training errors, defined in :mod:`linarena.errors` (the one error root)."""
 
+from linarena.errors import ConfigError, LinarenaError, NonFiniteStateError
 
-class LinarenaError(Exception):
-    """Base class: train.py prints the message and exits non-zero."""
-
-
-class ConfigError(LinarenaError):
-    """The composed configuration is inconsistent; the message names the key to change."""
-
-
-class NonFiniteLossError(LinarenaError):
-    """The loss or the gradients became NaN or infinite during training."""
+__all__ = ["ConfigError", "LinarenaError", "NonFiniteStateError"]

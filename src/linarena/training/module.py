@@ -24,7 +24,6 @@ class ClassificationModule(LightningModule):
         optim: optimizer and schedule settings.
         num_classes: number of classes.
         head_kind: "sequence", "pair" or "token" (token labels use -100 for unscored positions).
-        attention_name: the attention variant's name (for messages).
     """
 
     def __init__(
@@ -33,12 +32,10 @@ class ClassificationModule(LightningModule):
         optim: OptimSettings,
         num_classes: int,
         head_kind: str,
-        attention_name: str,
     ) -> None:
         super().__init__()
         self.model = model
         self.optim_settings = optim
-        self.attention_name = attention_name
         ignore_index = IGNORE_INDEX if head_kind == "token" else None
         metric_args = {"num_classes": num_classes, "average": "micro", "ignore_index": ignore_index}
         self.train_acc = MulticlassAccuracy(**metric_args)
@@ -70,7 +67,9 @@ class ClassificationModule(LightningModule):
         self.train_acc(preds, labels)
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
         self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
-        self.log("train/lr", self.lr_schedulers().get_last_lr()[0], on_step=True, on_epoch=False)
+        # The lr this step trains with (the schedule set it after the previous step).
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self.log("train/lr", lr, on_step=True, on_epoch=False)
         return loss
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -109,8 +108,6 @@ class ClassificationModule(LightningModule):
             ):
                 group["initial_lr"] = lr
                 group["lr"] = lr * factor(scheduler.last_epoch)
-            # What get_last_lr() (logged as train/lr) returns until the next step.
-            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, preds, labels, scored = self._loss(batch)
@@ -123,7 +120,9 @@ class ClassificationModule(LightningModule):
         if self.trainer.sanity_checking:  # untrained weights: not a candidate for the best
             return
         self.val_acc_best(self.val_acc.compute())
-        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+        # The same value on every DDP rank (val_acc.compute() is synced): the mean over ranks
+        # that sync_dist takes leaves it as it is.
+        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, preds, labels, scored = self._loss(batch)

@@ -38,6 +38,10 @@ class OptimSettings:
     warmup_steps: int = 1000
 
     def __post_init__(self) -> None:
+        for name in ("lr", "weight_decay", "eps", "warmup_steps"):
+            _check_number(f"optim.{name}", getattr(self, name), integer=name == "warmup_steps")
+        for beta in self.betas:
+            _check_number("optim.betas", beta)
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         if self.schedule not in SCHEDULES:
             raise ValueError(
@@ -56,6 +60,13 @@ class OptimSettings:
             raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}.")
         if len(self.betas) != 2:
             raise ValueError(f"optim.betas must be two numbers, got {list(self.betas)}.")
+
+
+def _check_number(key: str, value: object, integer: bool = False) -> None:
+    kind = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kind):
+        what = "an integer" if integer else "a number"
+        raise ValueError(f"{key} must be {what}, got {value!r}.")
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, scope: str = "matrices") -> list[dict]:

@@ -123,5 +123,5 @@ class CompactModelSummary(ModelSummary):
     @staticmethod
     def summarize(summary_data: list[tuple[str, list[str]]], *args: Any, **kwargs: Any) -> None:
         kept = [(name, column) for name, column in summary_data
-                if not (name == "FLOPs" and all(value in ("0", "n/a") for value in column))]
+                if not (name == "FLOPs" and all(v.strip() in ("0", "n/a") for v in column))]
         ModelSummary.summarize(kept, *args, **kwargs)

@@ -1,9 +1,11 @@
 """Resuming a run from its own saved config: `python train.py ckpt_path=last hydra.run.dir=<run>`.
 
 The run folder's `.hydra/config.yaml` and `.hydra/overrides.yaml` (written when the run started)
-are the run's config; train.py sends a resumed job's own Hydra files to `.hydra/resume/`, so
-they stay untouched. Overrides given on resume may change only what can change mid-run
-(MUTABLE); each resume is appended to `resume_history.yaml` and copied into summary.json.
+are the run's config; a resumed job writes its own Hydra files to `.hydra/resume/`
+(conf/hydra/default.yaml: hydra.output_subdir), so they stay untouched. Overrides given on resume
+may change only what can change mid-run (MUTABLE); each resume is appended to
+`resume_history.yaml` and copied into summary.json. A checkpoint is checked when read: one with
+non-finite weights or optimizer state is refused.
 """
 
 from __future__ import annotations
@@ -20,16 +22,18 @@ from hydra import compose
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from linarena.errors import CheckpointError, ConfigError, ResumeError
 from linarena.files import write_text_atomic
-from linarena.training.errors import ConfigError
+from linarena.training.checkpoint_guard import non_finite_names
 
 HISTORY_FILE = "resume_history.yaml"
-RESUME_SUBDIR = ".hydra/resume"
 # Settings a resumed run may change (a key or a whole node): training length, learning rate and
-# schedule (e.g. lower after a divergence), logging and data-loading processes.
+# schedule (e.g. lower after a divergence), how often to validate (no weight depends on it),
+# logging and data-loading processes.
 MUTABLE = (
     "ckpt_path",
     "trainer.max_steps",
+    "trainer.val_check_interval",
     "optim.lr",
     "optim.schedule",
     "optim.warmup_steps",
@@ -77,13 +81,13 @@ def checkpoint_path(ckpt_path: str, output_dir: Path) -> Path:
     return path
 
 
-def checkpoint_step(path: Path) -> int:
-    """The global step stored in a Lightning checkpoint; ConfigError for a truncated, corrupt or
-    foreign file."""
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A Lightning checkpoint of this project, memory-mapped; CheckpointError for a truncated,
+    corrupt or foreign file."""
     try:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as err:
-        raise ConfigError(
+        raise CheckpointError(
             f"ckpt_path: {path} cannot be read as a checkpoint ({type(err).__name__}: "
             f"{str(err).splitlines()[0][:200]}); it may be truncated or not a torch file. Use "
             "another checkpoint of the run (checkpoints/best-*.ckpt) or ckpt_path=null."
@@ -91,10 +95,37 @@ def checkpoint_step(path: Path) -> int:
     if not isinstance(checkpoint, dict) or not {"state_dict", "global_step", "loops"} <= set(
         checkpoint
     ):
-        raise ConfigError(
+        raise CheckpointError(
             f"ckpt_path: {path} is not a Lightning training checkpoint of this project (it "
             "lacks state_dict, global_step or loops). Pass a .ckpt written by train.py."
         )
+    return checkpoint
+
+
+def check_finite(path: Path, checkpoint: dict[str, Any]) -> None:
+    """CheckpointError when the checkpoint's weights or optimizer state hold NaN or inf: training
+    from it would diverge at once, whatever the learning rate."""
+    bad = non_finite_names(checkpoint)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise CheckpointError(
+            f"ckpt_path: {path} holds non-finite values ({shown}) at step "
+            f"{checkpoint['global_step']}; training from it cannot recover. Resume from an "
+            f"earlier checkpoint of the run (ckpt_path={path.parent}/best-*.ckpt) or start "
+            "again with a lower optim.lr."
+        )
+
+
+def clean_checkpoint_step(path: Path) -> int | None:
+    """The step of the checkpoint at `path` if it exists, can be read and holds only finite
+    weights and optimizer state; else None."""
+    if not path.is_file():
+        return None
+    try:
+        checkpoint = read_checkpoint(path)
+        check_finite(path, checkpoint)
+    except CheckpointError:
+        return None
     return int(checkpoint["global_step"])
 
 
@@ -146,30 +177,37 @@ def _pin_choices(restored: DictConfig, output_dir: Path) -> DictConfig:
     return OmegaConf.create(pin(OmegaConf.to_container(restored, resolve=False)))
 
 
+def check_resume_changes(changes: dict[str, tuple[Any, Any]], output_dir: Path) -> None:
+    """ResumeError listing the changes (key: (before, after)) that a resume may not make."""
+    refused = [key for key in changes if _mutable_prefix(key) is None]
+    if refused:
+        listed = "; ".join(f"{key}: {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused)
+        raise ResumeError(
+            f"Resuming {output_dir} with overrides that change the run itself: {listed}. A "
+            f"resumed run keeps its model, data and attention; only {', '.join(MUTABLE)} may "
+            "change. Drop those overrides, or start a new run in a new folder."
+        )
+
+
 def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, Resume | None]:
     """The config to resume with (the run's saved config plus the allowed changes), or `cfg`
     itself for a fresh run or a checkpoint from elsewhere with no saved config here."""
     if cfg.get("ckpt_path") is None:
         return cfg, None
     path = checkpoint_path(str(cfg.ckpt_path), output_dir)
-    step = checkpoint_step(path)
+    checkpoint = read_checkpoint(path)
+    check_finite(path, checkpoint)
+    step = int(checkpoint["global_step"])
+    del checkpoint
     saved = output_dir / ".hydra" / "config.yaml"
-    # Outside train.py (the compose API) or with no saved run here: the config as given.
-    in_train_py = HydraConfig.initialized() and HydraConfig.get().output_subdir == RESUME_SUBDIR
-    if not in_train_py or not saved.is_file():
+    # Outside a Hydra job (the compose API) or with no saved run here: the config as given.
+    if not HydraConfig.initialized() or not saved.is_file():
         return cfg, Resume(path, step)
     hydra_cfg = HydraConfig.get()
     original = list(OmegaConf.load(output_dir / ".hydra" / "overrides.yaml"))
     given = list(hydra_cfg.overrides.task)
     changes, after = config_changes(original, given, hydra_cfg.job.config_name)
-    refused = [key for key in changes if _mutable_prefix(key) is None]
-    if refused:
-        listed = "; ".join(f"{key}: {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused)
-        raise ConfigError(
-            f"Resuming {output_dir} with overrides that change the run itself: {listed}. A "
-            f"resumed run keeps its model, data and attention; only {', '.join(MUTABLE)} may "
-            "change. Drop those overrides, or start a new run in a new folder."
-        )
+    check_resume_changes(changes, output_dir)
     restored = _pin_choices(OmegaConf.load(saved), output_dir)
     # Runs started before W&B's end-of-run summary became the logger's own name its callback,
     # which the logger a resume may switch to (or away from) no longer needs.
@@ -201,7 +239,7 @@ def append_history(output_dir: Path, resume: Resume) -> list[dict[str, Any]]:
 
 
 def check_checkpoint_fits(path: Path, module: torch.nn.Module) -> None:
-    """ConfigError when the checkpoint holds another model than `module` (a checkpoint of a run
+    """CheckpointError when the checkpoint holds another model than `module` (a checkpoint of a run
     with other settings), instead of Lightning's size-mismatch traceback."""
     stored = torch.load(path, map_location="cpu", mmap=True, weights_only=True)["state_dict"]
     # Tensors only: a module's extra state (e.g. Performer's redraw counter) may be anything.
@@ -220,7 +258,7 @@ def check_checkpoint_fits(path: Path, module: torch.nn.Module) -> None:
         if differ
         else f"e.g. {missing[0]} is missing"
     )
-    raise ConfigError(
+    raise CheckpointError(
         f"ckpt_path: {path} holds a different model than this config ({len(differ)} weight "
         f"shapes differ, {len(missing)} weights missing; {example}). Resume that run from its "
         "own folder (python train.py ckpt_path=last hydra.run.dir=<its folder>), which uses its "

@@ -16,7 +16,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from linarena.training.errors import LinarenaError
+from linarena.errors import LinarenaError
 
 # Exit statuses of a process killed by the signal (128 + signal number), as shells report them.
 EXIT_CODES = {"SIGTERM": 128 + signal.SIGTERM, "SIGINT": 128 + signal.SIGINT}
@@ -72,7 +72,9 @@ class SaveOnSignal(Callback):
         self.signal_name = self.signal_name or "SIGTERM"
         if trainer.state.fn != TrainerFn.FITTING:
             return  # while testing, the weights in memory are the best checkpoint's, not the last
-        trainer.save_checkpoint(self.path)
+        # The whole training state (weights_only=False), said explicitly: Lightning logs a line
+        # at every save that leaves it unset.
+        trainer.save_checkpoint(self.path, weights_only=False)
         self.saved = True
 
     def _restore_sigint(self) -> None:

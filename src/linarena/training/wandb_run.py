@@ -6,7 +6,6 @@ summary and the one-row "comparison" table, then finishes the W&B run.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import logging
 import netrc
@@ -25,7 +24,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from linarena.files import write_text_atomic
 from linarena.metrics import METRICS, STEP_KEY
-from linarena.training.errors import ConfigError
+from linarena.training.checks import check_known_keys
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +92,8 @@ def check_wandb_keys(keys: Iterable[str]) -> None:
     an unknown one would fail later in wandb.init with a TypeError."""
     valid = set(inspect.signature(wandb.init).parameters) | LOGGER_ONLY_KEYS | {"save_dir"}
     valid -= {"self", "kwargs", "dir"}
-    unknown = sorted(set(keys) - valid - {"_target_"})
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(valid), n=1)
-            hints.append(f"logger.wandb.{key}" + (f" (did you mean {close[0]}?)" if close else ""))
-        raise ConfigError(f"Unknown W&B logger key(s): {'; '.join(hints)}. Valid keys are the "
-                          f"arguments of wandb.init and {', '.join(sorted(LOGGER_ONLY_KEYS))}: "
-                          f"{', '.join(sorted(valid))}.")
+    check_known_keys(set(keys) - {"_target_"}, sorted(valid), "logger.wandb",
+                     "The W&B logger accepts the arguments of wandb.init and WandbLogger's own")
 
 
 class StepWandbLogger(WandbLogger):
@@ -192,9 +184,10 @@ def wandb_logger(
             mode = "offline"
     kwargs.setdefault("id", run_id(output_dir, ckpt_path is not None,
                                    write=rank_zero_only.rank == 0))
-    # The end-of-run history and summary wandb prints are 30-odd lines; train.py prints where
-    # the run is instead.
-    kwargs.setdefault("settings", wandb.Settings(quiet=True))
+    # The end-of-run history and summary wandb prints are 30-odd lines, and an offline run's
+    # header is three lines ending in an advertisement (`wandb leet`); train.py prints where
+    # the run is and how to upload it instead.
+    kwargs.setdefault("settings", wandb.Settings(quiet=True, silent=mode == "offline"))
     logger_kwargs = {key: kwargs.pop(key) for key in LOGGER_ONLY_KEYS & set(kwargs)}
     experiment = None
     if rank_zero_only.rank == 0:

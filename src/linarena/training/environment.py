@@ -1,0 +1,59 @@
+"""The process environment and the machine, as a run sees them: environment variables set but
+empty, and OS errors caused by the machine (a full disk, a read-only folder) in one line."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+# Variables that libraries read and reject when set to an empty string (wandb validates
+# WANDB_MODE against its modes); empty means unset, as in most shells' idiom `VAR= command`.
+EMPTY_MEANS_UNSET = ("WANDB_MODE",)
+
+
+def normalise_environment() -> None:
+    """Remove the variables of EMPTY_MEANS_UNSET that are set to an empty string."""
+    for name in EMPTY_MEANS_UNSET:
+        if os.environ.get(name) == "":
+            del os.environ[name]
+
+
+def _size(n_bytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n_bytes < 1000:
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.1f} TB"
+
+
+def free_space(folder: Path) -> str:
+    """Free space on the filesystem of `folder` (or of its nearest existing parent)."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
+    return _size(shutil.disk_usage(existing).free)
+
+
+def os_error_message(err: OSError, needed_bytes: int | None = None) -> str:
+    """One line for an OSError caused by the machine: which folder, what to do."""
+    path = Path(err.filename) if err.filename else None
+    folder = (path.parent if path is not None and not path.is_dir() else path) or Path.cwd()
+    where = f"writing {path}" if path is not None else "writing a file"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        need = f"about {_size(needed_bytes)} was needed, " if needed_bytes else ""
+        return (
+            f"No space left on the device (or over quota) while {where}: {need}"
+            f"{free_space(folder)} is free in {folder}. Free some space there, or point the run "
+            "elsewhere (paths.data_dir=... or LINARENA_DATA_DIR for data, hydra.run.dir=... "
+            "for the run)."
+        )
+    if err.errno == errno.EROFS:
+        return (
+            f"The folder {folder} is on a read-only file system ({where}). Point the run at a "
+            "writable folder: paths.data_dir=... (or LINARENA_DATA_DIR) for data, "
+            "hydra.run.dir=... for the run."
+        )
+    return (
+        f"Permission denied {where} (folder {folder}). Make it writable for this user or point "
+        "the run elsewhere: paths.data_dir=... for data, hydra.run.dir=... for the run."
+    )
