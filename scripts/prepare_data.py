@@ -24,17 +24,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # paths.root_dir falls back to the working directory; anchor it at the repository instead, as
 # train.py does, so that data lands in <repo>/data wherever this is run from.
 os.environ.setdefault("LINARENA_ROOT", str(REPO_ROOT))
-# Keep this script's log out of outputs/runs (where training runs and their summaries live).
-HYDRA_DEFAULTS = (
-    "hydra.run.dir=${paths.log_dir}/prepare_data/"
-    "${now:%Y-%m-%d_%H-%M-%S}_${hydra.runtime.choices.data}",
-    "hydra.output_subdir=null",
-)
 
 log = logging.getLogger("prepare_data")
 
 
-@hydra.main(config_path=str(REPO_ROOT / "conf"), config_name="config", version_base="1.3")
+@hydra.main(config_path=str(REPO_ROOT / "conf"), config_name="prepare_data",
+            version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import InstantiationException
@@ -66,6 +61,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    given = {arg.split("=", 1)[0] for arg in sys.argv[1:]}
-    sys.argv += [item for item in HYDRA_DEFAULTS if item.split("=", 1)[0] not in given]
     main()
