@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import LINEAR_VARIANTS, VARIANTS
+from conftest import FEATURE_MAP_VARIANTS, LINEAR_VARIANTS, VARIANTS
 from hydra.utils import instantiate
 from training_helpers import CONF, compose_config
 
@@ -36,7 +36,7 @@ def model_layers(name: str) -> list[torch.nn.Module]:
     return [block.attention.core for block in model.blocks]
 
 
-@pytest.mark.parametrize("name", LINEAR_VARIANTS)
+@pytest.mark.parametrize("name", FEATURE_MAP_VARIANTS)
 def test_every_layer_gets_its_own_feature_map(name: str) -> None:
     """Hydra builds a nested feature_map config once for every call of the `_partial_`
     factory; each layer must still hold its own map and its own tensors."""

@@ -20,7 +20,7 @@ from matplotlib.ticker import (
     ScalarFormatter,
 )
 
-from linarena.analysis.order import ATTENTION_ORDER, attention_label, attention_sort_key
+from linarena.analysis.order import attention_label, attention_order, attention_sort_key
 from linarena.files import write_atomic
 
 WHAT_TITLES = {
@@ -31,7 +31,7 @@ WHAT_TITLES = {
 
 def attention_colors(names: list[str]) -> dict[str, str]:
     """A fixed colour per attention, the same in every figure."""
-    ordered = sorted(set(names) | set(ATTENTION_ORDER), key=attention_sort_key)
+    ordered = sorted(set(names) | set(attention_order()), key=attention_sort_key)
     return {name: f"C{i % 10}" for i, name in enumerate(ordered)}
 
 
