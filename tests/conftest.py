@@ -111,7 +111,8 @@ def padding_mask(lengths: list[int], length: int) -> Tensor:
 def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
     """Plain quadratic attention in float64: softmax for an exact module; for a
     LinearAttention, weights phi(q_i) . phi(k_j) with phi from its map's own features (true
-    features: phi * exp(log_scale), no stabiliser), normalised with the module's eps."""
+    features: phi * exp(log_scale), no stabiliser), normalised with the module's eps, then its
+    output_norm."""
     q, k, v = q.double(), k.double(), v.double()
     if isinstance(attn, TokenFromQ):
         return attn.reference(q, k, v, mask)
@@ -129,7 +130,7 @@ def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
     if log_scale is not None:
         phi_k = phi_k * torch.exp(log_scale)[..., None]
     weights = (phi_q @ phi_k.transpose(-1, -2)) * allowed
-    return weights @ v / (weights.sum(-1, keepdim=True) + attn.eps)
+    return attn.output_norm(weights @ v / (weights.sum(-1, keepdim=True) + attn.eps))
 
 
 def recurrence_reference(attn: RecurrentAttention, r, mask=None) -> Tensor:
