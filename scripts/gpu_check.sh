@@ -5,7 +5,9 @@
 #   3. a 25-second ListOps training of each attention variant in conf/attention/ (train.py
 #      data=listops_small trainer=gpu logger=csv; the data generated first), then
 #      scripts/compare.py over those runs;
-#   4. if time is left: the attention benchmark in causal mode.
+#   4. backend="fla" of linarena.attention.ops against backend="torch" (tests/test_ops_fla.py;
+#      needs `pip install -e .[dev,fla]`, else skipped);
+#   5. if time is left: the attention benchmark in causal mode.
 # Every stage has its own time limit (timeout) inside an overall budget, and a failing stage
 # does not stop the others. Run from anywhere, after `pip install -e .`:
 #   bash scripts/gpu_check.sh
@@ -97,6 +99,8 @@ for attention in "${ATTENTIONS[@]}"; do
 done
 run_stage compare 30 10 \
     "$PYTHON" scripts/compare.py --runs "$WORK/train" --out "$WORK/compare" --published
+
+run_stage fla_backend 60 20 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_ops_fla.py
 
 run_stage benchmark_attention_causal 40 20 \
     "$PYTHON" scripts/benchmark_attention.py --device cuda --dtype bf16 --batch 8 --heads 4 \

@@ -24,8 +24,8 @@ def decay_matrix(log_gate: Tensor | None, q: Tensor) -> Tensor:
     the sum taken literally with an (n, n, n) indicator."""
     g = _per_feature(log_gate, q)
     n = q.shape[2]
-    i, j, l = torch.meshgrid(torch.arange(n), torch.arange(n), torch.arange(n), indexing="ij")
-    between = ((torch.minimum(i, j) < l) & (l <= torch.maximum(i, j))).double()
+    i, j, step = torch.meshgrid(torch.arange(n), torch.arange(n), torch.arange(n), indexing="ij")
+    between = ((torch.minimum(i, j) < step) & (step <= torch.maximum(i, j))).double()
     return torch.exp(torch.einsum("ijl,bhlk->bhijk", between, g))
 
 

@@ -57,7 +57,7 @@ def delta_rule(
     if backend == "fla":
         from linarena.attention.ops import fla
 
-        return fla.delta_rule_fla(inputs, gated=log_gate is not None, causal=causal,
+        return fla.delta_rule_fla(inputs, gate_given=log_gate is not None, causal=causal,
                                   return_state=return_state)
     if backend != "torch":
         raise ValueError(f"{name}: backend must be 'torch' or 'fla', got {backend!r}.")

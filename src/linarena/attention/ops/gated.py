@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from linarena.attention.ops.common import (
     OpInputs,
@@ -45,7 +46,8 @@ def gated_linear_attention(
     Computed by chunks of `chunk_size` tokens: exact attention with the decay matrix inside a
     chunk, the state carried across chunks; the backward pass of a bidirectional call is a
     strict-causal pass over the reversed sequence. Memory for autograd is O(n): one state per
-    chunk, and for per-feature gates an O(n * 16 * k_dim) decay tensor.
+    chunk; with per-feature gates, the intra-chunk part is recomputed in the backward pass
+    (torch.utils.checkpoint) instead of keeping its (16, 16, k_dim) decay tensors.
 
     Dtypes: float64 inputs are computed in float64; anything else in float32 with autocast
     off, the output cast back to v's dtype. Returns out (batch, heads, n, v_dim), and with
@@ -60,7 +62,8 @@ def gated_linear_attention(
     if backend == "fla":
         from linarena.attention.ops import fla
 
-        return fla.gated_linear_attention_fla(inputs, causal=causal, return_state=return_state)
+        return fla.gated_linear_attention_fla(inputs, gate_given=log_gate is not None,
+                                              causal=causal, return_state=return_state)
     if backend != "torch":
         raise ValueError(f"{name}: backend must be 'torch' or 'fla', got {backend!r}.")
     if chunk_size < 1:
@@ -85,7 +88,12 @@ def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, T
     qc, kc, vc = (to_chunks(x, size) for x in (q, k, v))
     cum = to_chunks(gate, size).cumsum(dim=3)  # (b, h, chunks, c, g), relative to the chunk
     last = cum[:, :, :, -1:]  # the chunk's total log decay
-    intra = _intra_chunk(qc, kc, vc, cum, strict)
+    if cum.shape[-1] == 1:
+        intra = _intra_chunk(qc, kc, vc, cum, strict)
+    else:
+        # Recomputed in the backward pass: autograd would keep about 24 k_dim floats a token
+        # (decay tensors of the sub-chunks), instead of q, k, v and the gates alone.
+        intra = checkpoint(_intra_chunk, qc, kc, vc, cum, strict, use_reentrant=False)
     # The state of one chunk's keys at its end, and the decay of the state through the chunk.
     added = (kc * torch.exp(last - cum)).transpose(-1, -2) @ vc  # (b, h, chunks, k_dim, v_dim)
     decay = torch.exp(last).transpose(-1, -2)  # (b, h, chunks, g, 1)
@@ -113,21 +121,14 @@ def _intra_chunk(q: Tensor, k: Tensor, v: Tensor, cum: Tensor, strict: bool) -> 
     with D_ij = exp(cum_i - cum_j). Shapes (b, h, chunks, c, .).
 
     Exact and without overflow: inside a sub-chunk, D is an explicit tensor of exponents <= 0.
-    Between sub-chunks a < b... (keys in earlier sub-chunks), D_ij = exp(cum_i - cum_r) *
-    exp(cum_r - cum_j) with r the last token before the query's sub-chunk: both exponents <= 0.
+    For keys in earlier sub-chunks, D_ij = exp(cum_i - cum_r) * exp(cum_r - cum_j) with r the
+    last token before the query's sub-chunk: both exponents <= 0.
     """
     chunk, width = cum.shape[-2], cum.shape[-1]
     sub = _sub_chunk(chunk, width)
     parts = chunk // sub
     qs, ks, vs, cs = (x.unflatten(-2, (parts, sub)) for x in (q, k, v, cum))
-    visible = causal_tril(sub, strict, q.device)[..., None]
-    gap = torch.where(visible, cs[..., :, None, :] - cs[..., None, :, :], -torch.inf)
-    decay = torch.exp(gap)  # (b, h, chunks, parts, sub, sub, g)
-    if width == 1:
-        scores = (qs @ ks.transpose(-1, -2)) * decay[..., 0]
-    else:
-        scores = (qs[..., :, None, :] * ks[..., None, :, :] * decay).sum(dim=-1)
-    out = scores @ vs
+    out = _diagonal_blocks(qs, ks, vs, cs, strict)
     if parts > 1:
         ref = torch.cat([torch.zeros_like(cs[..., :1, -1, :]), cs[..., :-1, -1, :]], dim=-2)
         q_ref = qs * torch.exp(cs - ref[..., None, :])  # (b, h, chunks, parts, sub, k_dim)
@@ -136,3 +137,16 @@ def _intra_chunk(q: Tensor, k: Tensor, v: Tensor, cum: Tensor, strict: bool) -> 
         k_ref = k[..., None, :, :] * torch.exp(gap)  # (b, h, chunks, parts, chunk, k_dim)
         out = out + (q_ref @ k_ref.transpose(-1, -2)) @ v[..., None, :, :]
     return out.flatten(-3, -2)
+
+
+def _diagonal_blocks(q: Tensor, k: Tensor, v: Tensor, cum: Tensor, strict: bool) -> Tensor:
+    """The part of _intra_chunk between tokens of one sub-chunk, with the explicit decay tensor.
+    Shapes (b, h, chunks, parts, sub, .)."""
+    visible = causal_tril(q.shape[-2], strict, q.device)[..., None]
+    gap = torch.where(visible, cum[..., :, None, :] - cum[..., None, :, :], -torch.inf)
+    decay = torch.exp(gap)  # (b, h, chunks, parts, sub, sub, g)
+    if cum.shape[-1] == 1:
+        scores = (q @ k.transpose(-1, -2)) * decay[..., 0]
+    else:
+        scores = (q[..., :, None, :] * k[..., None, :, :] * decay).sum(dim=-1)
+    return scores @ v
