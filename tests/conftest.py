@@ -1,5 +1,6 @@
-"""Shared attention-test helpers: the variants of conf/attention/, inputs, and a float64
-quadratic reference that computes phi with each map's own feature function.
+"""Shared attention-test helpers: the variants of conf/attention/, inputs, and float64
+references: quadratic attention with phi from each map's own feature function, and the
+token-by-token recurrence (tests/ops_reference.py) on the inputs a RecurrentAttention gives it.
 
 A new file in conf/attention/ gets every generic attention test with no test edited.
 """
@@ -10,25 +11,63 @@ import math
 
 import torch
 from attention_reference import allowed_pairs
+from ops_reference import recurrence
 from torch import Tensor, nn
 
 from linarena.attention import LinearAttention
+from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.variants import is_linear, load_variant, variant_names
 
 HEAD_DIM = 16
+HEADS = 3
 VARIANTS = variant_names()
 LINEAR_VARIANTS = [name for name in VARIANTS if is_linear(name)]
 
 
 def build(name: str, causal: bool, head_dim: int = HEAD_DIM, max_length: int = 64,
-          chunk_size: int | None = 8, seed: int = 0) -> nn.Module:
+          chunk_size: int | None = 8, seed: int = 0, heads: int = HEADS) -> nn.Module:
     """The module `attention=<name>` builds in training, with small causal chunks (so short
-    inputs span several) and the global seed set (Performer's seedless draw, learned maps)."""
-    factory = load_variant(name, {"max_length": max_length})
+    inputs span several) and the global seed set (Performer's seedless draw, learned maps).
+    A core that reads the token comes wrapped in TokenFromQ (model width heads * head_dim)."""
+    factory = load_variant(name, {"max_length": max_length, "num_heads": heads,
+                                  "d_model": heads * head_dim})
     torch.manual_seed(seed)
-    if is_linear(name) and chunk_size is not None:
-        return factory(head_dim=head_dim, causal=causal, chunk_size=chunk_size)
-    return factory(head_dim=head_dim, causal=causal)
+    chunks = {"chunk_size": chunk_size} if chunk_size and issubclass(
+        factory.func, LinearAttention) else {}
+    attn = factory(head_dim=head_dim, causal=causal, **chunks)
+    return TokenFromQ(attn) if getattr(attn, "reads_token", False) else attn
+
+
+def core(attn: nn.Module) -> nn.Module:
+    """The attention module itself, out of a TokenFromQ."""
+    return attn.core if isinstance(attn, TokenFromQ) else attn
+
+
+class TokenFromQ(nn.Module):
+    """A core that reads the token (gates, beta), called as every other: its token x is q with
+    the heads side by side (batch, length, heads * head_dim), so gates and beta vary with the
+    input, padding junk included, and gradients reach them."""
+
+    def __init__(self, core: nn.Module) -> None:
+        super().__init__()
+        self.core = core
+        self.causal = core.causal
+
+    @staticmethod
+    def token(q: Tensor) -> Tensor:
+        return q.transpose(1, 2).flatten(2) if q.dim() == 4 else q
+
+    def forward(self, q, k, v, mask=None):
+        return self.core(q, k, v, mask, x=self.token(q))
+
+    def step(self, q, k, v, state=None):
+        return self.core.step(q, k, v, state, x=q.flatten(1) if q.dim() == 3 else q)
+
+    def reference(self, q, k, v, mask=None):
+        """The float64 token-by-token recurrence on the core's own inputs (its gates, beta, q/k
+        transforms) and its output normalisation; padded tokens are left out of the state."""
+        r = self.core.recurrence_inputs(q, k, v, self.token(q))
+        return recurrence_reference(self.core, r, mask)
 
 
 def inputs(batch=2, heads=3, length=37, dtype=torch.float64, seed=0, scale=1.0,
@@ -37,6 +76,10 @@ def inputs(batch=2, heads=3, length=37, dtype=torch.float64, seed=0, scale=1.0,
     g = torch.Generator().manual_seed(seed)
     return [scale * torch.randn(batch, heads, length, head_dim, generator=g, dtype=dtype)
             for _ in range(3)]
+
+
+FEATURE_MAP_VARIANTS = [name for name in LINEAR_VARIANTS
+                        if isinstance(build(name, causal=False), LinearAttention)]
 
 
 # Unit roundoff of float64 (2^-53).
@@ -68,8 +111,13 @@ def padding_mask(lengths: list[int], length: int) -> Tensor:
 def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
     """Plain quadratic attention in float64: softmax for an exact module; for a
     LinearAttention, weights phi(q_i) . phi(k_j) with phi from its map's own features (true
-    features: phi * exp(log_scale), no stabiliser), normalised with the module's eps."""
+    features: phi * exp(log_scale), no stabiliser), normalised with the module's eps, then its
+    output_norm."""
     q, k, v = q.double(), k.double(), v.double()
+    if isinstance(attn, TokenFromQ):
+        return attn.reference(q, k, v, mask)
+    if isinstance(attn, RecurrentAttention):
+        return recurrence_reference(attn, attn.recurrence_inputs(q, k, v, None), mask)
     batch, _, length, _ = q.shape
     allowed = allowed_pairs(mask, batch, length, attn.causal)
     if not isinstance(attn, LinearAttention):
@@ -82,4 +130,17 @@ def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
     if log_scale is not None:
         phi_k = phi_k * torch.exp(log_scale)[..., None]
     weights = (phi_q @ phi_k.transpose(-1, -2)) * allowed
-    return weights @ v / (weights.sum(-1, keepdim=True) + attn.eps)
+    return attn.output_norm(weights @ v / (weights.sum(-1, keepdim=True) + attn.eps))
+
+
+def recurrence_reference(attn: RecurrentAttention, r, mask=None) -> Tensor:
+    """tests/ops_reference.py's recurrence on r (a Recurrence), then attn's output(): each
+    sequence on its own, cut to its real tokens (so padding never enters the state)."""
+    batch, _, length, _ = r.q.shape
+    lengths = [length] * batch if mask is None else mask.sum(-1).tolist()
+    out = torch.zeros(*r.q.shape[:3], r.v.shape[-1], dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        part = [None if t is None else t[b:b + 1, :, :n] for t in (r.q, r.k, r.v, r.log_gate,
+                                                                   r.beta)]
+        out[b:b + 1, :, :n] = recurrence(*part, causal=attn.causal, scale=r.scale)[0]
+    return attn.output(out)

@@ -12,7 +12,7 @@ import copy
 
 import pytest
 import torch
-from conftest import LINEAR_VARIANTS, VARIANTS, build, inputs, padding_mask
+from conftest import FEATURE_MAP_VARIANTS, LINEAR_VARIANTS, VARIANTS, build, inputs, padding_mask
 
 from linarena.attention import PerformerAttention
 
@@ -80,7 +80,7 @@ def test_compiled_training_redraws_on_schedule_without_recompiling():
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", LINEAR_VARIANTS)
+@pytest.mark.parametrize("name", FEATURE_MAP_VARIANTS)
 def test_compiled_bidirectional_kernel_takes_new_lengths_without_recompiling(name):
     """Batches padded to their own longest sequence have many lengths: after the first
     recompilation (which makes the length dynamic) one graph serves every length with the same

@@ -13,6 +13,7 @@ from attention_reference import (
     softmax_reference,
 )
 from conftest import (
+    FEATURE_MAP_VARIANTS,
     HEAD_DIM,
     LINEAR_VARIANTS,
     VARIANTS,
@@ -42,7 +43,7 @@ def _terms(attn, length: int) -> int:
     return length * (features.num_features(HEAD_DIM) if features is not None else HEAD_DIM)
 
 
-ANALYTIC = [name for name in LINEAR_VARIANTS if _has_analytic_backward(name)]
+ANALYTIC = [name for name in FEATURE_MAP_VARIANTS if _has_analytic_backward(name)]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -153,14 +154,14 @@ def test_recurrent_step_equals_parallel_causal(name, dtype):
 def test_gradcheck_float64(name, causal):
     q, k, v = (x.requires_grad_(True) for x in inputs(batch=2, heads=1, length=11))
     mask = padding_mask([11, 7], 11)
-    attn = build(name, causal, max_length=16, chunk_size=4)
+    attn = build(name, causal, max_length=16, chunk_size=4, heads=1)
     # fast_mode checks the Jacobian along random directions: the same check, far fewer evaluations.
     assert torch.autograd.gradcheck(
         lambda a, b, c: attn(a, b, c, mask), (q, k, v), fast_mode=True, atol=1e-7, rtol=1e-5
     )
 
 
-@pytest.mark.parametrize("name", LINEAR_VARIANTS)
+@pytest.mark.parametrize("name", FEATURE_MAP_VARIANTS)
 def test_bidirectional_chunking_matches_single_chunk(name, monkeypatch):
     """The chunked bidirectional kernel (and its backward) agrees with one chunk."""
     import linarena.attention.linear as linear

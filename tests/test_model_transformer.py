@@ -13,7 +13,9 @@ from linarena.attention import SoftmaxAttention
 from linarena.attention.variants import load_variant, variant_names
 from linarena.models import SequenceTooLongError, TransformerClassifier
 
-ATTENTIONS = {name: load_variant(name, {"max_length": 24}) for name in variant_names()}
+# The model keys the variant files interpolate, as make_model sets them.
+ATTENTIONS = {name: load_variant(name, {"max_length": 24, "d_model": 16, "num_heads": 2})
+              for name in variant_names()}
 VOCAB = 12
 
 

@@ -46,7 +46,10 @@ def einsum_elu(q, k, v, eps: float = 1e-6):
 def build_variants(args) -> tuple[dict[str, Callable], dict[str, bool]]:
     """The modules to time (name -> callable) and whether each one's cost is linear."""
     torch.manual_seed(0)  # Performer's seedless projection, learned maps
-    model = {"max_length": max(args.lengths)}
+    # The model keys the variant files interpolate (the gated variants size their projections
+    # of the token by d_model and num_heads).
+    model = {"max_length": max(args.lengths), "d_model": args.heads * args.head_dim,
+             "num_heads": args.heads}
     variants: dict[str, Callable] = {
         name: load_variant(name, model)(head_dim=args.head_dim, causal=args.causal)
         for name in args.variants
@@ -73,18 +76,22 @@ def prepare(fn, length: int, args) -> tuple[Callable, Callable, float]:
     up, and the CUDA memory one forward+backward needs beyond its inputs in MB (NaN off CUDA)."""
     shape = (args.batch, args.heads, length, args.head_dim)
     q, k, v = (torch.randn(shape, device=args.device, requires_grad=True) for _ in range(3))
+    # A core that computes gates from the token (reads_token) gets one, as in the model.
+    token = ({"x": torch.randn(args.batch, length, args.heads * args.head_dim,
+                               device=args.device)}
+             if getattr(fn, "reads_token", False) else {})
     autocast = torch.autocast(args.device.type, dtype=DTYPES[args.dtype],
                               enabled=args.dtype != "fp32")
 
     def forward():
         with torch.no_grad(), autocast:
-            fn(q, k, v)
+            fn(q, k, v, **token)
 
     def forward_backward():
         for x in (q, k, v):  # as zero_grad(set_to_none=True) does: no accumulation pass
             x.grad = None
         with autocast:
-            out = fn(q, k, v)
+            out = fn(q, k, v, **token)
         out.float().sum().backward()
 
     for _ in range(max(args.warmup - 1, 0)):

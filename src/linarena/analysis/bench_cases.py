@@ -155,12 +155,16 @@ def make_attention_fwd_bwd(spec: CaseSpec) -> Callable[[], None]:
     )
     grad_out = torch.randn(size, generator=generator).to(device=spec.device, dtype=DTYPES[spec.dtype])
     mask = torch.ones(spec.batch, spec.length, dtype=torch.bool, device=spec.device)
+    # A core that computes gates from the token (reads_token) gets one, as in the model.
+    token = ({"x": torch.randn(spec.batch, spec.length, shape.d_model, generator=generator)
+              .to(device=spec.device, dtype=DTYPES[spec.dtype])}
+             if getattr(attention, "reads_token", False) else {})
 
     def fwd_bwd() -> None:
         for tensor in (q, k, v):
             tensor.grad = None
         with _autocast(spec):
-            out = attention(q, k, v, mask=mask)
+            out = attention(q, k, v, mask=mask, **token)
         out.backward(grad_out.to(out.dtype))
 
     return fwd_bwd

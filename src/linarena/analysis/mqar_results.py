@@ -7,6 +7,10 @@ State size, in numbers kept per sequence while decoding, summed over layers:
 - a linear attention (a LinearAttention of conf/attention/): its recurrent state, per head the
   matrix S = sum_j phi(k_j) v_j^T (num_features x head_dim) and the normaliser z = sum_j phi(k_j)
   (num_features), so num_features(head_dim) * (head_dim + 1) * heads * layers;
+- a recurrence with decay, gates or the delta rule (a RecurrentAttention: RetNet, GLA, Mamba-2,
+  DeltaNet, Gated DeltaNet): per head the state S (k_dim x v_dim = head_dim x head_dim; plus
+  k_dim for output_norm=denominator), so its state_size() * heads * layers. The gates, beta and
+  the output norm keep nothing from one token to the next;
 - softmax: its KV cache at the test length, 2 * length * d_model * layers. It grows with the
   length, unlike a recurrent state; the plot draws softmax dashed to say so.
 """
@@ -22,6 +26,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from linarena.attention.linear import LinearAttention
+from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.variants import label, variant_names
 from linarena.training.summary import SUMMARY_FILE
 
@@ -40,6 +45,8 @@ def state_size(config: dict) -> tuple[int, str]:
     if isinstance(core, LinearAttention):
         per_head = core.feature_map.num_features(head_dim) * (head_dim + 1)
         return per_head * model["num_heads"] * model["num_layers"], "recurrent"
+    if isinstance(core, RecurrentAttention):
+        return core.state_size() * model["num_heads"] * model["num_layers"], "recurrent"
     return 2 * config["data"]["max_length"] * model["d_model"] * model["num_layers"], "kv_cache"
 
 

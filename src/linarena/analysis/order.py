@@ -1,6 +1,7 @@
 """The order tasks and attentions are listed in, in tables and figures, and attention labels.
 
-The attentions and their labels come from conf/attention/ (linarena.attention.variants)."""
+The attentions and their labels come from conf/attention/ (linarena.attention.variants), read on
+first use."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from linarena.attention.variants import label, variant_names
 # Task names are the data config names (conf/data/).
 TASK_ORDER = ("listops", "listops_small", "text", "retrieval", "image", "pathfinder", "pathx",
               "mqar")
-ATTENTION_ORDER = tuple(variant_names())
+
+
+def attention_order() -> tuple[str, ...]:
+    """The variants of conf/attention/ in the registry's order (cached by the registry)."""
+    return tuple(variant_names())
 
 
 def task_sort_key(task: str) -> tuple[int, str]:
@@ -21,10 +26,11 @@ def task_sort_key(task: str) -> tuple[int, str]:
 def attention_sort_key(name: str) -> tuple[int, str]:
     """The variants of conf/attention/ in the registry's order (exact baseline first), then any
     other name alphabetically."""
-    known = ATTENTION_ORDER.index(name) if name in ATTENTION_ORDER else len(ATTENTION_ORDER)
+    order = attention_order()
+    known = order.index(name) if name in order else len(order)
     return known, name
 
 
 def attention_label(name: str) -> str:
-    """The display label of a variant (its config file's first line), or the name itself."""
-    return label(name) if name in ATTENTION_ORDER else name
+    """The display label a variant declares (`attention_label`), or the name itself."""
+    return label(name) if name in attention_order() else name

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import (
@@ -18,7 +20,7 @@ from matplotlib.ticker import (
     ScalarFormatter,
 )
 
-from linarena.analysis.order import ATTENTION_ORDER, attention_label, attention_sort_key
+from linarena.analysis.order import attention_label, attention_order, attention_sort_key
 from linarena.files import write_atomic
 from linarena.metrics import PEAK_MEMORY_MB, TEST_ACC, TOKENS_PER_SEC
 from linarena.training.summary import round_floats
@@ -31,11 +33,11 @@ WHAT_TITLES = {
 
 def attention_color(name: str) -> str:
     """A fixed colour per attention, the same in every figure: the variants in registry order
-    take the first colours of the cycle, any other name one of the rest, by its letters."""
-    if name in ATTENTION_ORDER:
-        return f"C{ATTENTION_ORDER.index(name) % 10}"
-    spare = max(10 - len(ATTENTION_ORDER), 1)
-    return f"C{(len(ATTENTION_ORDER) + sum(name.encode()) % spare) % 10}"
+    take tab10's colours, then their lighter tab20 partners (20 distinct colours); any other
+    name one of those, by its letters."""
+    order = attention_order()
+    index = order.index(name) if name in order else len(order) + sum(name.encode())
+    return to_hex(colormaps["tab20"](2 * (index % 10) + (index // 10) % 2))
 
 
 def attention_colors(names: list[str]) -> dict[str, str]:

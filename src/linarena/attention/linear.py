@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from linarena.attention.feature_map import FeatureMap
 from linarena.attention.kernels import LinearAttentionState, get_backend
+from linarena.attention.recurrent.output_norm import OutputNorm
 from linarena.attention.validation import check_attention_inputs
 
 # Rows per chunk in bidirectional mode: large enough for efficient matmuls, small enough that
@@ -34,6 +35,9 @@ class LinearAttention(nn.Module):
             a carried state across chunks).
         backend: the kernels (see linarena.attention.kernels.BACKENDS); "torch" is the
             reference implementation.
+        output_norm: "denominator" (the division above, only) or "rms" / "group": that
+            division, then an RMS or group norm of each head's output, as the gated variants
+            use (linarena.attention.recurrent.output_norm).
     """
 
     def __init__(
@@ -45,8 +49,12 @@ class LinearAttention(nn.Module):
         eps: float = 1e-6,
         chunk_size: int = 64,
         backend: str = "torch",
+        output_norm: str = "denominator",
     ) -> None:
         super().__init__()
+        if output_norm == "none":
+            raise ValueError("LinearAttention always divides by its denominator: output_norm "
+                             "must be denominator, rms or group, got none.")
         if not isinstance(feature_map, FeatureMap):
             raise TypeError(
                 "LinearAttention needs feature_map=<a linarena.attention.FeatureMap>, got "
@@ -62,6 +70,7 @@ class LinearAttention(nn.Module):
         self.backend = backend
         self.feature_map = copy.deepcopy(feature_map)
         self.feature_map.setup(head_dim, causal)
+        self.output_norm = OutputNorm(output_norm, head_dim)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
@@ -86,6 +95,7 @@ class LinearAttention(nn.Module):
                 out = self.kernels.bidirectional(
                     q, k, v, mask, self.feature_map, context, self.eps, BIDIRECTIONAL_CHUNK
                 )
+            out = self.output_norm(out)
         return out.to(out_dtype)
 
     def step(
@@ -117,6 +127,7 @@ class LinearAttention(nn.Module):
             out, state = self.kernels.step(
                 q.to(dtype), k.to(dtype), v.to(dtype), state, self.feature_map, context, self.eps
             )
+            out = self.output_norm(out)
         return out.to(v.dtype), state
 
     def extra_repr(self) -> str:

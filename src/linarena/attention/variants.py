@@ -2,8 +2,13 @@
 
 `conf/attention/<name>.yaml` is the one list of variants; tests, benchmarks, scripts and the
 comparison tables read it through these functions, and nothing else names them. A variant file
-builds a factory `(head_dim=..., causal=...) -> nn.Module` (`_partial_: true`); its first line
-is a comment `# <display label>: <description>`.
+(`# @package _global_`) declares two keys: `attention`, which builds a factory
+`(head_dim=..., causal=...) -> nn.Module` (`_partial_: true`), and `attention_label`, its display
+label in tables and figures.
+
+The conf directory is found next to the code: in an installed package it is linarena/conf
+(conf/ shipped as package data, see pyproject.toml and setup.py), in a source checkout the
+repository's conf/. Nothing is read at import time; reads are cached.
 """
 
 from __future__ import annotations
@@ -17,15 +22,36 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from linarena.attention.linear import LinearAttention
+from linarena.attention.recurrent import RecurrentAttention
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def find_conf_dir() -> Path:
+    """The installed package's linarena/conf if there is one, else the source checkout's conf/
+    (next to src/)."""
+    installed = _PACKAGE / "conf"
+    return installed if installed.is_dir() else _PACKAGE.parents[1] / "conf"
+
+
+CONF_DIR = find_conf_dir()
 
 
 def variant_names(conf_dir: Path = CONF_DIR) -> list[str]:
     """Every variant: exact (quadratic) attentions first, the baseline, then the linear ones,
     each group alphabetically."""
-    names = sorted(path.stem for path in (Path(conf_dir) / "attention").glob("*.yaml"))
-    return sorted(names, key=lambda name: (is_linear(name, conf_dir), name))
+    return list(_names(Path(conf_dir)))
+
+
+@cache
+def _names(conf_dir: Path) -> tuple[str, ...]:
+    if not (conf_dir / "attention").is_dir():
+        raise FileNotFoundError(
+            f"{conf_dir / 'attention'} does not exist: linarena finds its configs in "
+            "linarena/conf when installed (pip install .) or in conf/ of a source checkout."
+        )
+    names = sorted(path.stem for path in (conf_dir / "attention").glob("*.yaml"))
+    return tuple(sorted(names, key=lambda name: (is_linear(name, conf_dir), name)))
 
 
 def check_variant_names(names: Iterable[str], conf_dir: Path = CONF_DIR) -> list[str]:
@@ -44,24 +70,28 @@ def _read(name: str, conf_dir: Path) -> dict:
     path = Path(conf_dir) / "attention" / f"{name}.yaml"
     if not path.is_file():
         check_variant_names([name], conf_dir)
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    content = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    if not isinstance(content.get("attention"), dict) or "attention_label" not in content:
+        raise ValueError(f"{path}: a variant file declares `attention_label: <label>` and "
+                         "`attention:` (the factory, with _target_ and _partial_: true), under "
+                         "the header `# @package _global_`.")
+    return content
 
 
 def _load(name: str, conf_dir: Path) -> DictConfig:
-    return OmegaConf.create(_read(name, conf_dir))
+    return OmegaConf.create(_read(name, conf_dir)["attention"])
 
 
 def is_linear(name: str, conf_dir: Path = CONF_DIR) -> bool:
-    """Whether the variant's cost grows linearly with length (a LinearAttention)."""
-    return issubclass(get_class(_load(name, Path(conf_dir))._target_), LinearAttention)
+    """Whether the variant's cost grows linearly with length: a LinearAttention (feature map)
+    or a RecurrentAttention (decay, gates, delta rule)."""
+    target = get_class(_load(name, Path(conf_dir))._target_)
+    return issubclass(target, (LinearAttention, RecurrentAttention))
 
 
 def label(name: str, conf_dir: Path = CONF_DIR) -> str:
-    """The display label: the first line of the file, `# <label>: ...`, or the name."""
-    first = (Path(conf_dir) / "attention" / f"{name}.yaml").read_text().splitlines()[:1]
-    if first and first[0].startswith("#") and ":" in first[0]:
-        return first[0].lstrip("# ").split(":", 1)[0].strip()
-    return name
+    """The display label the file declares (`attention_label`)."""
+    return str(_read(name, Path(conf_dir))["attention_label"])
 
 
 def load_variant(
@@ -69,6 +99,6 @@ def load_variant(
 ) -> Callable[..., nn.Module]:
     """The factory `(head_dim=..., causal=...) -> nn.Module` that `attention=<name>` gives in
     training. `model`: the values of `model.*` keys the file interpolates (cosFormer's
-    max_length)."""
+    max_length, the gated variants' d_model and num_heads)."""
     config = OmegaConf.create({"model": model or {}, "attention": _load(name, Path(conf_dir))})
     return instantiate(config.attention)

@@ -23,6 +23,9 @@ class MultiHeadAttention(nn.Module):
         d_model: model width (input and output features).
         num_heads: number of heads; qkv_dim must be divisible by it.
         core: attention module with forward(q, k, v, mask) on (batch, heads, length, head_dim).
+            A core whose class sets `reads_token = True` (gates or beta computed from the token,
+            linarena.attention.recurrent) is also given `x=` the (batch, length, d_model) input
+            the q, k, v projections read.
         qkv_dim: total width of q, k and v over all heads (LRA's qkv_dim); None means d_model.
     """
 
@@ -45,7 +48,8 @@ class MultiHeadAttention(nn.Module):
         head_dim = self.qkv_dim // self.num_heads
         qkv = self.qkv(x).view(batch, length, 3, self.num_heads, head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head_dim)
-        heads = self.core(q, k, v, mask=mask)
+        token = {"x": x} if getattr(self.core, "reads_token", False) else {}
+        heads = self.core(q, k, v, mask=mask, **token)
         return self.out(heads.transpose(1, 2).reshape(batch, length, self.qkv_dim))
 
 

@@ -1,0 +1,195 @@
+"""RecurrentAttention: the base of the attentions whose state decays, is gated or is rewritten
+by the delta rule (RetNet, GLA, Mamba-2, DeltaNet, Gated DeltaNet), on the functional ops of
+linarena.attention.ops.
+
+A variant is one subclass that says how its recurrence's inputs come from q, k, v and the token:
+`recurrence(q, k, v, x)` returns the q, k, v the state sees, the log gates (<= 0) and, for the
+delta rule, beta. The gates and beta are computed from the token representation x (batch,
+length, d_model): a core that needs it sets the class attribute `reads_token = True`, and the
+Transformer block (linarena.models.blocks.MultiHeadAttention) then calls it with the keyword
+`x=`, the same input its q, k, v projections read. Nothing else in the model changes, so a new
+gated variant is this one module plus one YAML file in conf/attention/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from linarena.attention.ops import delta_rule, gated_linear_attention
+from linarena.attention.recurrent.output_norm import EPS, OutputNorm
+from linarena.attention.validation import check_attention_inputs
+
+
+class Recurrence(NamedTuple):
+    """What the op gets: q, k (batch, heads, n, k_dim), v (batch, heads, n, v_dim), log_gate
+    None, (batch, heads, n) or (batch, heads, n, k_dim), beta None (additive update) or
+    (batch, heads, n) (delta rule), scale None (k_dim ** -0.5) or a number."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    log_gate: Tensor | None
+    beta: Tensor | None
+    scale: float | None
+
+
+@dataclass
+class RecurrentState:
+    """The state after `position` tokens: (batch, heads, k_dim, v_dim), float32 (float64 for
+    float64 inputs); one column more with output_norm="denominator" (the sum of decayed keys)."""
+
+    state: Tensor
+    position: int
+
+
+def linear(x: Tensor, layer: nn.Linear) -> Tensor:
+    """layer(x) in x's dtype (float64 inputs keep float64 with float32 parameters)."""
+    bias = None if layer.bias is None else layer.bias.to(x.dtype)
+    return F.linear(x, layer.weight.to(x.dtype), bias)
+
+
+def per_head(values: Tensor, num_heads: int) -> Tensor:
+    """(batch, n, heads * m) -> (batch, heads, n, m)."""
+    batch, length, width = values.shape
+    return values.view(batch, length, num_heads, width // num_heads).transpose(1, 2)
+
+
+def head_projection(x: Tensor, layer: nn.Linear) -> Tensor:
+    """One number per head and token, x (batch, n, d_model) -> (batch, heads, n), heads =
+    layer.out_features. W x^T straight into (batch, heads, n): a transposed Linear output (or an
+    einsum) makes torch.compile's backward view a non-contiguous gradient, and fail."""
+    return torch.matmul(layer.weight.to(x.dtype), x.transpose(1, 2))
+
+
+class RecurrentAttention(nn.Module):
+    """out_t = norm(scale * S_t^T q_t), S_t = exp(g_t) S_{t-1} + k_t v_t^T (or the delta rule);
+    bidirectional: plus the same recurrence run backwards (linarena.attention.ops).
+
+    Inputs of any floating dtype are computed in float32 (float64 stays float64) with autocast
+    off; the output is cast back.
+
+    Args:
+        head_dim: size of each head's q, k and v (k_dim = v_dim = head_dim).
+        causal: position i attends to positions <= i only.
+        output_norm: "denominator" (divide by scale * q . (decayed sum of k), the linear
+            attention normaliser; not for the delta rule, whose state is no such sum), "rms",
+            "group" or "none" (linarena.attention.recurrent.output_norm).
+        num_heads: heads of the per-head parameters (None: the core has none).
+    """
+
+    reads_token = True
+    # Whether recurrence() gives a beta: the delta rule's state is no sum of decayed keys.
+    delta_rule = False
+
+    def __init__(
+        self, head_dim: int, causal: bool, output_norm: str, num_heads: int | None = None
+    ) -> None:
+        super().__init__()
+        if output_norm == "denominator" and self.delta_rule:
+            raise ValueError(f"{type(self).__name__}: output_norm=denominator divides by a sum "
+                             "of decayed keys, which the delta rule's state is not; use rms, "
+                             "group or none.")
+        self.head_dim = head_dim
+        self.causal = causal
+        self.num_heads = num_heads
+        self.output_norm = output_norm
+        self.norm = OutputNorm(output_norm, head_dim)
+
+    def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
+        """The op's inputs from q, k, v (batch, heads, n, head_dim) and x (batch, n, d_model)."""
+        raise NotImplementedError
+
+    def recurrence_inputs(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
+        """recurrence(), with a column of ones appended to v for the denominator."""
+        r = self.recurrence(q, k, v, x)
+        if self.output_norm == "denominator":
+            r = r._replace(v=torch.cat([r.v, torch.ones_like(r.v[..., :1])], dim=-1))
+        return r
+
+    def output(self, raw: Tensor) -> Tensor:
+        """The op's output (batch, heads, n, v_dim (+1)) -> normalised (batch, heads, n, v_dim)."""
+        if self.output_norm == "denominator":
+            raw = raw[..., :-1] / (raw[..., -1:] + EPS)
+        return self.norm(raw)
+
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
+        x: Tensor | None = None,
+    ) -> Tensor:
+        """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real;
+        x: (batch, length, d_model), the token representation (cores that read it).
+
+        Returns (batch, heads, length, head_dim).
+        """
+        check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        self._check_token(q, x)
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            r = self.recurrence_inputs(*(t.to(dtype) for t in (q, k, v)),
+                                       None if x is None else x.to(dtype))
+            out = self.output(self._op(r, mask, self.causal))
+        return out.to(v.dtype)
+
+    def step(
+        self, q: Tensor, k: Tensor, v: Tensor, state: RecurrentState | None = None, *,
+        x: Tensor | None = None,
+    ) -> tuple[Tensor, RecurrentState]:
+        """Recurrent form of causal mode: one token at a time, same outputs as forward().
+
+        q, k, v: (batch, heads, head_dim); x: (batch, d_model); state: None for the first token,
+        then the state returned by the previous call. Returns (output (batch, heads, head_dim),
+        new state).
+        """
+        if not self.causal:
+            raise RuntimeError(f"{type(self).__name__}.step() is the recurrent form of causal "
+                               "attention; build the module with causal=True.")
+        if q.dim() != 3 or k.shape != q.shape or v.shape[:2] != q.shape[:2]:
+            raise ValueError("step() takes one token: q, k, v of shape (batch, heads, head_dim), "
+                             f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}.")
+        q, k, v = (t.unsqueeze(2) for t in (q, k, v))
+        x = None if x is None else x.unsqueeze(1)
+        check_attention_inputs(q, k, v, None, self.head_dim, type(self).__name__)
+        self._check_token(q, x)
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            r = self.recurrence_inputs(*(t.to(dtype) for t in (q, k, v)),
+                                       None if x is None else x.to(dtype))
+            raw, new = self._op(r, None, True, None if state is None else state.state, True)
+            out = self.output(raw)
+        position = 0 if state is None else state.position
+        return out[:, :, 0].to(v.dtype), RecurrentState(new, position + 1)
+
+    def state_size(self) -> int:
+        """Numbers of one head's recurrent state: k_dim x v_dim (plus k_dim for the
+        denominator's sum of decayed keys)."""
+        return self.head_dim * (self.head_dim + (self.output_norm == "denominator"))
+
+    def _op(self, r: Recurrence, mask: Tensor | None, causal: bool,
+            initial_state: Tensor | None = None, return_state: bool = False,
+            ) -> Tensor | tuple[Tensor, Tensor]:
+        options = {"causal": causal, "scale": r.scale, "mask": mask,
+                   "initial_state": initial_state, "return_state": return_state}
+        if r.beta is None:
+            return gated_linear_attention(r.q, r.k, r.v, r.log_gate, **options)
+        return delta_rule(r.q, r.k, r.v, r.beta, r.log_gate, **options)
+
+    def _check_token(self, q: Tensor, x: Tensor | None) -> None:
+        name = type(self).__name__
+        if self.num_heads is not None and q.shape[1] != self.num_heads:
+            raise ValueError(f"{name}: built with num_heads={self.num_heads} but q has "
+                             f"{q.shape[1]} heads.")
+        if not self.reads_token:
+            return
+        if x is None or x.dim() != 3 or x.shape[:2] != (q.shape[0], q.shape[2]):
+            shape = None if x is None else tuple(x.shape)
+            raise ValueError(f"{name} computes its gates from the token: call it with "
+                             f"x=(batch, length, d_model) = ({q.shape[0]}, {q.shape[2]}, ...), "
+                             f"got {shape}.")
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, causal={self.causal}, output_norm={self.output_norm}"
