@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from linarena.analysis.golden import GOLDEN_FILE, BATCH, SEED, STEPS, GoldenCase, run_case
+from linarena.analysis.golden import BATCH, GOLDEN_FILE, SEED, STEPS, GoldenCase, run_case
 
 PINNED = json.loads(GOLDEN_FILE.read_text())
 CASES = PINNED["cases"]
@@ -31,7 +31,7 @@ def test_golden(key: str) -> None:
                       tuple(entry["results"]), entry["rerun"])
     logging.disable(logging.WARNING)
     try:
-        losses = run_case(case)
+        values = run_case(case)
     finally:
         logging.disable(logging.NOTSET)
     tolerance = PINNED["relative_tolerance"]

@@ -17,7 +17,6 @@ import functools
 import tempfile
 from collections.abc import Sequence
 from itertools import islice
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
