@@ -20,7 +20,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +74,13 @@ def current_commit() -> tuple[str | None, bool]:
     return commit, bool(changes)
 
 
-def this_command() -> str:
-    """The command line of this process, as a shell would take it."""
-    return " ".join(["python", *map(shlex.quote, sys.argv)])
+def command_line(script: str | Path, argv: Sequence[str] | None = None) -> str:
+    """`python <script, relative to the repository> <argv>` as a shell would take it; argv
+    defaults to this process's arguments."""
+    script = Path(script).resolve()
+    shown = script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join(["python", str(shown), *map(shlex.quote, args)])
 
 
 def load(folder: Path = RESULTS_DIR) -> dict[str, dict[str, Any]]:
@@ -97,12 +101,12 @@ def _update(folder: Path, change: Any) -> dict[str, dict[str, Any]]:
     return records
 
 
-def record(paths: Iterable[str | Path], command: str | None = None) -> None:
-    """Write a fresh record (this commit, `command` or this process's command line, this
-    environment; not stale) for every file in `paths`, into the provenance file of its folder."""
+def record(paths: Iterable[str | Path], command: str) -> None:
+    """Write a fresh record (this commit, `command` (see command_line), this environment; not
+    stale) for every file in `paths`, into the provenance file of its folder."""
     commit, dirty = current_commit()
     entry = {
-        "commit": commit, "dirty": dirty, "command": command or this_command(),
+        "commit": commit, "dirty": dirty, "command": command,
         "environment": environment(),
         "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "stale": None,
