@@ -8,7 +8,7 @@ from linarena.data.base import LRADataModule
 from linarena.data.errors import DataFormatError, DataNotFoundError
 from linarena.data.image import ImageDataModule
 from linarena.data.listops import ListOpsDataModule
-from linarena.data.mqar import MQARDataModule
+from linarena.data.mqar import MQARDataModule, MQARMixtureDataModule
 from linarena.data.pathfinder import PathfinderDataModule
 from linarena.data.retrieval import RetrievalDataModule
 from linarena.data.text import TextDataModule
@@ -20,6 +20,7 @@ __all__ = [
     "LRADataModule",
     "ListOpsDataModule",
     "MQARDataModule",
+    "MQARMixtureDataModule",
     "PathfinderDataModule",
     "RetrievalDataModule",
     "TextDataModule",

@@ -142,6 +142,8 @@ def train(cfg: DictConfig) -> float:
         "test/loss": tested[0].get("test/loss"),
         "val/acc_best": best_val,
         **parts.perf.final_metrics(),
+        # Per test setting (MQARMixtureDataModule): test/acc_<setting>.
+        **{key: value for key, value in tested[0].items() if key.startswith("test/acc_")},
     }
     summary = build_summary(cfg, parts, metrics, output_dir, time.monotonic() - started)
     summary["tested_checkpoint"] = "last" if tested_ckpt is None else "best"

@@ -39,6 +39,8 @@ def summary_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     block: dict[str, Any] = {key: finite_or_none(metrics.get(key)) for key in METRIC_KEYS}
     if metrics.get("model/params") is not None:
         block["model/params"] = int(metrics["model/params"])
+    block.update({key: finite_or_none(value) for key, value in metrics.items()
+                  if key.startswith("test/acc_")})
     return block
 
 
