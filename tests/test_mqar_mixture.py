@@ -64,9 +64,9 @@ def test_test_batches_hold_one_setting_each(tmp_path: Path) -> None:
 def test_bad_settings_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match=r"data.max_length=64 is shorter .* data.max_length=128"):
         MQARMixtureDataModule("unused", TRAIN, TEST, max_length=64, vocab_size=128)
-    with pytest.raises(ValueError, match="data.train: each entry needs length, pairs"):
+    with pytest.raises(ValueError, match=r"data\.train: each entry needs length, pairs"):
         MQARMixtureDataModule("unused", [{"length": 16, "pairs": 2}], TEST, max_length=128)
-    with pytest.raises(ValueError, match="too short for data.num_pairs=8"):
+    with pytest.raises(ValueError, match=r"too short for data\.num_pairs=8"):
         MQARMixtureDataModule("unused", [{"length": 16, "pairs": 8, "examples": 1}], TEST,
                               max_length=128, vocab_size=128)
 
