@@ -23,6 +23,7 @@ from pathlib import Path
 
 from linarena.analysis.order import task_sort_key
 from linarena.analysis.plots import plot_accuracy_vs_throughput
+from linarena.analysis.provenance import command_line, record
 from linarena.analysis.runs import (
     drop_reruns,
     load_local_runs,
@@ -55,6 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--published", action="store_true",
                         help="add the published LRA accuracies (not measured here) as a column")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "compare")
+    parser.add_argument("--runs-command", default=None,
+                        help="the command that made the runs, for the outputs' provenance "
+                             "records (<out>/provenance.json)")
     return parser.parse_args(argv)
 
 
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(args.out / "results.csv", lambda file: table.to_csv(file, index=False))
     write_atomic(args.out / "results.md", lambda file: file.write(to_markdown(table)))
     sweeps = sorted(set(table["sweep"]))
+    written = [args.out / "results.csv", args.out / "results.md"]
     for number, sweep in enumerate(sweeps, start=1):
         of_sweep = table[table["sweep"] == sweep]
         for task in sorted(set(of_sweep["task"]), key=task_sort_key):
@@ -88,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             name = f"scatter_{task}.png" if len(sweeps) == 1 else f"scatter_{number}_{task}.png"
             title = task if len(sweeps) == 1 else f"{task} ({sweep})"
             plot_accuracy_vs_throughput(rows, title, args.out / name)
+            written.append(args.out / name)
+    command = command_line(__file__, argv)
+    record(written, f"{args.runs_command}; then {command}" if args.runs_command else command)
     print(to_markdown(table))
     if len(sweeps) > 1:
         print("Sweeps (pick some with --sweep LABEL; plots scatter_<number>_<task>.png):")

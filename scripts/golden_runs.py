@@ -5,9 +5,8 @@
 
 Run it only after the results that depend on a changed case were rerun or marked stale
 (tests/test_golden_runs.py names them): the pinned losses say which code the published
-numbers came from. Cases: linarena.analysis.golden.cases, over the attentions of the
-published results (the sweeps and the model benchmark: softmax, elu, performer, cosformer;
-the MQAR state-size study: every variant of its CSV).
+numbers came from. Cases: linarena.analysis.golden.cases, over the attentions each published
+result holds (its CSV in docs/results/), so a rerun that adds attentions adds their cases.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from linarena.analysis.golden import BATCH, GOLDEN_FILE, SEED, STEPS, case_key, 
 from linarena.analysis.provenance import RESULTS_DIR, environment
 from linarena.files import write_text_atomic
 
-SWEEP_ATTENTIONS = ("softmax", "elu", "performer", "cosformer")
 # The golden tolerance, relative to each loss (tests/test_golden_runs.py reads it from the file).
 # Measured on every case: the largest relative difference between the losses of
 # OMP_NUM_THREADS=1 and 2, each with and without MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
@@ -37,10 +35,9 @@ SWEEP_ATTENTIONS = ("softmax", "elu", "performer", "cosformer")
 RELATIVE_TOLERANCE = 2e-5
 
 
-def study_attentions() -> list[str]:
-    """The attentions of the published MQAR state-size study (its CSV)."""
-    table = pd.read_csv(RESULTS_DIR / "mqar_state_size.csv")
-    return sorted(set(table["attention"]))
+def published(csv: str, column: str = "attention") -> list[str]:
+    """The attentions of a published result (its CSV in docs/results/)."""
+    return sorted(set(pd.read_csv(RESULTS_DIR / csv)[column]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     pinned = {}
     started = time.monotonic()
-    for case in cases(SWEEP_ATTENTIONS, study_attentions()):
+    for case in cases(published("results.csv"), published("benchmark_model.csv"),
+                      published("mqar_state_size.csv")):
         values = run_case(case)
         pinned[case_key(case)] = {
             "preset": case.preset, "attention": case.attention,

@@ -64,24 +64,26 @@ class GoldenCase:
         return f"{self.preset or 'default'}/{self.attention}"
 
 
-def cases(attentions: Sequence[str], study_attentions: Sequence[str]) -> list[GoldenCase]:
-    """The golden cases of the published results: the small-budget sweeps and the model
-    benchmark over `attentions`, the MQAR state-size study over `study_attentions`."""
-    sweep = ("results.csv", "results.md")
+def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str]) -> list[GoldenCase]:
+    """The golden cases of the published results: the small-budget sweeps over the attentions
+    `sweep`, the model benchmark over `bench`, the MQAR state-size study over `study` (each
+    with and without the short conv)."""
+    sweep_files = ("results.csv", "results.md")
     found = []
-    for name in attentions:
+    for name in sweep:
         found.append(GoldenCase("", name, ("trainer.max_steps=300",),
-                                (*sweep, "scatter_listops_small.png"), LISTOPS_RERUN))
-        found.append(GoldenCase("mqar_cpu", name, (), (*sweep, "scatter_mqar.png"),
+                                (*sweep_files, "scatter_listops_small.png"), LISTOPS_RERUN))
+        found.append(GoldenCase("mqar_cpu", name, (), (*sweep_files, "scatter_mqar.png"),
                                 MQAR_CPU_RERUN))
+    for name in bench:
         found.append(GoldenCase("benchmark_model", name, (),
                                 ("benchmark_model.csv", "benchmark_model.png"), BENCH_RERUN))
-    study = tuple(f"mqar_state_size{suffix}" for suffix in
-                  (".csv", "_runs.csv", ".md", ".png"))
-    for name in study_attentions:
+    study_files = tuple(f"mqar_state_size{suffix}" for suffix in
+                        (".csv", "_runs.csv", ".md", ".png"))
+    for name in study:
         for conv in (3, 0):
-            found.append(GoldenCase("mqar_study_cpu", f"{name}", (f"model.short_conv={conv}",),
-                                    study, STUDY_RERUN))
+            found.append(GoldenCase("mqar_study_cpu", name, (f"model.short_conv={conv}",),
+                                    study_files, STUDY_RERUN))
     return found
 
 
