@@ -86,6 +86,20 @@ def test_grid_has_three_seeds_and_the_based_lrs() -> None:
     assert load_grid("mqar_study_gpu")["lrs"] == grid["lrs"]  # every variant, every preset
 
 
+@pytest.mark.parametrize("preset", ["mqar", "mqar_cpu", "mqar_study_cpu", "mqar_study_gpu"])
+def test_mqar_presets_never_redraw_performer_features(preset: str) -> None:
+    assert compose_config([f"experiment={preset}", "attention=performer"]).attention.redraw_interval == 0
+    default = compose_config(["attention=performer"]).attention.redraw_interval
+    assert default == 1000  # redraws stay available outside MQAR
+
+
+@pytest.mark.parametrize("preset", ["mqar_study_cpu", "mqar_study_gpu"])
+def test_study_runs_stop_at_val_acc_099(preset: str) -> None:
+    callback = compose_config([f"experiment={preset}"]).callbacks.early_stopping
+    assert (callback.monitor, callback.mode, callback.stopping_threshold) == ("val/acc", "max", 0.99)
+    assert callback.patience >= compose_config([f"experiment={preset}"]).trainer.max_steps
+
+
 def test_points_put_the_middle_lr_first_and_name_every_override(tmp_path: Path) -> None:
     grid = load_grid(PRESET)
     points = plan_points(grid, [1])
