@@ -95,7 +95,9 @@ def test_mqar_presets_never_redraw_performer_features(preset: str) -> None:
 
 @pytest.mark.parametrize("preset", ["mqar_study_cpu", "mqar_study_gpu"])
 def test_study_runs_stop_at_val_acc_099(preset: str) -> None:
-    callback = compose_config([f"experiment={preset}"]).callbacks.early_stopping
+    callbacks = compose_config([f"experiment={preset}"]).callbacks
+    assert all("_target_" in node for node in callbacks.values())  # nothing else slipped in
+    callback = callbacks.early_stopping
     assert (callback.monitor, callback.mode, callback.stopping_threshold) == ("val/acc", "max", 0.99)
     assert callback.patience >= compose_config([f"experiment={preset}"]).trainer.max_steps
 
