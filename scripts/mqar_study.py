@@ -13,6 +13,10 @@ provenance record in <out>/provenance.json.
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2
     python scripts/mqar_study.py --preset mqar_study_cpu --report-only --out docs/results
     python scripts/mqar_study.py --preset mqar_study_gpu --jobs 8 --threads 2
+    python scripts/mqar_study.py --jobs 2 study.short_conv=[3] trainer.max_steps=3000
+
+Overrides of the study: block (study.widths=..., study.seeds=..., study.lr_seed=null) change the
+grid; the others go to every train.py run.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root or REPO_ROOT / "outputs" / args.preset
     out = args.out or root
     try:
-        grid = load_grid(args.preset)
+        grid = load_grid(args.preset, [o for o in args.overrides if o.startswith("study.")])
         if not args.report_only:
             counts = run_study(args.preset, root, args.attention, args.jobs, args.threads,
                                args.overrides)

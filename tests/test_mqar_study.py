@@ -84,6 +84,9 @@ def test_grid_has_three_seeds_and_the_based_lrs() -> None:
     assert grid["seeds"] == [1, 2, 3] and grid["lr_seed"] == 1
     assert grid["lrs"] == pytest.approx([1e-3, 10 ** -2.5, 1e-2, 10 ** -1.5], rel=2e-3)
     assert load_grid("mqar_study_gpu")["lrs"] == grid["lrs"]  # every variant, every preset
+    assert load_grid(PRESET, ["study.short_conv=[3]"])["short_conv"] == [3]
+    with pytest.raises(ValueError, match=r"study\.lr_seed=7 is not one of"):
+        load_grid(PRESET, ["study.lr_seed=7"])
 
 
 @pytest.mark.parametrize("preset", ["mqar", "mqar_cpu", "mqar_study_cpu", "mqar_study_gpu"])

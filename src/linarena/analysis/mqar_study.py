@@ -62,11 +62,13 @@ class StudyPoint:
                 "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]
 
 
-def load_grid(preset: str, conf_dir: Path = CONF_DIR) -> dict[str, Any]:
-    """The `study:` block of conf/experiment/<preset>.yaml: widths, short_conv, lrs and seeds
-    lists, and lr_seed (None: every seed tries every lr)."""
+def load_grid(preset: str, overrides: Sequence[str] = (),
+              conf_dir: Path = CONF_DIR) -> dict[str, Any]:
+    """The `study:` block of conf/experiment/<preset>.yaml, with `overrides` of it
+    (e.g. "study.widths=[16,32]"): widths, short_conv, lrs and seeds lists, and lr_seed (None:
+    every seed tries every lr)."""
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"experiment={preset}"])
+        cfg = compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
     if "study" not in cfg:
         raise ValueError(f"experiment={preset} has no `study:` block (widths, short_conv, lrs, "
                          "seeds); use a study preset such as mqar_study_cpu")
@@ -182,7 +184,7 @@ def run_study(
     With the grid's lr_seed set: first every lr at that seed, then the other seeds at the lr
     chosen (on validation) per attention, short conv and width."""
     names = check_variant_names(attentions) if attentions else variant_names()
-    grid = load_grid(preset)
+    grid = load_grid(preset, [o for o in extra if o.startswith("study.")])
     first_seeds = grid["seeds"] if grid["lr_seed"] is None else [grid["lr_seed"]]
     points = plan_points(grid, first_seeds)
     todo = _todo(points, root, names)
