@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -136,23 +137,29 @@ class Progress:
     total_runs: int
     done_runs: int = 0
     started: float = dataclasses.field(default_factory=time.monotonic)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def report(self, point: StudyPoint, names: Sequence[str], root: Path, outcome: str) -> None:
-        for name in names:
-            self.done_runs += 1
-            folder = root / point.folder_name / name
-            summary = read_summary(folder) or {}
-            metrics = summary.get("metrics", {})
-            if "test/acc" in metrics:
-                result = (f"test {100 * metrics['test/acc']:.1f}%, val "
-                          f"{100 * metrics['val/acc_best']:.1f}%, {summary.get('global_step')} "
-                          f"steps, {summary.get('duration_s', 0):.0f} s")
-            else:
-                result = f"{outcome}; log {root / point.folder_name / 'console.log'}"
-            elapsed = time.monotonic() - self.started
-            left = elapsed / self.done_runs * (self.total_runs - self.done_runs)
-            print(f"[{self.done_runs}/{self.total_runs}] {point.folder_name}/{name}: {result}; "
-                  f"ETA {left / 60:.0f} min", flush=True)
+        with self.lock:  # points finish on several threads
+            for name in names:
+                self._line(point, name, root, outcome)
+
+    def _line(self, point: StudyPoint, name: str, root: Path, outcome: str) -> None:
+        """The line of run `name` at `point`: its result, or where its log is."""
+        self.done_runs += 1
+        folder = root / point.folder_name / name
+        summary = read_summary(folder) or {}
+        metrics = summary.get("metrics", {})
+        if "test/acc" in metrics:
+            result = (f"test {100 * metrics['test/acc']:.1f}%, val "
+                      f"{100 * metrics['val/acc_best']:.1f}%, {summary.get('global_step')} "
+                      f"steps, {summary.get('duration_s', 0):.0f} s")
+        else:
+            result = f"{outcome}; log {root / point.folder_name / 'console.log'}"
+        elapsed = time.monotonic() - self.started
+        left = elapsed / self.done_runs * (self.total_runs - self.done_runs)
+        print(f"[{self.done_runs}/{self.total_runs}] {point.folder_name}/{name}: {result}; "
+              f"ETA {left / 60:.0f} min", flush=True)
 
 
 def _run_points(tasks: list[tuple[StudyPoint, list[str]]], preset: str, root: Path, jobs: int,
