@@ -45,7 +45,8 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
             line = line.sort_values("state_size")
             kv = (line["state_kind"] == "kv_cache").all()
             ax.plot(line["state_size"], 100 * line["test_acc_median"], color=colors[name],
-                    linestyle="--" if kv else "-",
+                    linestyle="--" if kv else "-", marker="_", markersize=12,
+                    markeredgewidth=2,
                     label=f"{line['label'].iloc[0]}" + (" (KV cache)" if kv else ""))
             seeds = chosen[(chosen["short_conv"] == conv) & (chosen["attention"] == name)]
             ax.scatter(seeds["state_size"], 100 * seeds["test_acc"], s=14, alpha=0.7,
