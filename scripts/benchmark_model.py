@@ -28,6 +28,7 @@ import torch
 from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpec
 from linarena.analysis.bench_runner import run_benchmark, write_csv_atomic
 from linarena.analysis.plots import plot_benchmark
+from linarena.analysis.provenance import command_line, record
 from linarena.attention.variants import check_variant_names, variant_names
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                          on_row=lambda rows: write_csv_atomic(rows, csv_path))
     table = pd.read_csv(csv_path)
     plot_benchmark(table, png_path)
+    record([csv_path, png_path], command_line(__file__, argv))
     print(f"wrote {csv_path} and {png_path}")
     if args.wandb:
         log_to_wandb(args, table, png_path)

@@ -1,26 +1,34 @@
 """MQAR recall against state size: run the study of a preset, then write its CSV and figure.
 
-Every attention of conf/attention/ at every width, short-conv setting and learning rate of the
-preset's `study:` block, one train.py run each in <root>/<run id>/; finished runs are skipped,
-so the same command resumes an interrupted study. Then, from the runs' summary.json files:
-<out>/<name>_runs.csv (every run), <name>.csv (the best lr per attention, short conv and width,
-chosen on validation accuracy), <name>.md (that table) and <name>.png (the figure).
+Every attention of conf/attention/ at every width, short-conv setting, learning rate and seed
+of the preset's `study:` block (or, with its lr_seed set, every lr at that seed and the other
+seeds at the lr it chose), one train.py run each in <root>/<run id>/; finished runs are skipped,
+so the same command resumes an interrupted study. One console line per finished run (result,
+ETA); each point's train.py output goes to <root>/<point>/console.log. Then, from the runs'
+summary.json files: <out>/<name>_runs.csv (every run), <name>.csv (per attention, short conv and
+width: the lr chosen on validation, the median test accuracy over seeds and the seeds that
+reached 90%), <name>.md (that table) and <name>.png (the figure, every seed drawn), each with its
+provenance record in <out>/provenance.json.
 
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2
     python scripts/mqar_study.py --preset mqar_study_cpu --report-only --out docs/results
     python scripts/mqar_study.py --preset mqar_study_gpu --jobs 8 --threads 2
+    python scripts/mqar_study.py --jobs 2 study.short_conv=[3] trainer.max_steps=3000
+
+Overrides of the study: block (study.widths=..., study.seeds=..., study.lr_seed=null) change the
+grid; the others go to every train.py run.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from linarena.analysis.mqar_plot import plot_state_size
-from linarena.analysis.mqar_results import accuracy_table, best_per_setting, load_study
+from linarena.analysis.mqar_results import RECALL_THRESHOLD, accuracy_table, load_study, summarize
 from linarena.analysis.mqar_study import load_grid, run_study
+from linarena.analysis.provenance import command_line, record
 from linarena.files import write_atomic, write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -45,39 +53,55 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args = parse_args(argv)
     root = args.root or REPO_ROOT / "outputs" / args.preset
     out = args.out or root
     try:
-        grid = load_grid(args.preset)
+        grid = load_grid(args.preset, [o for o in args.overrides if o.startswith("study.")])
         if not args.report_only:
             counts = run_study(args.preset, root, args.attention, args.jobs, args.threads,
                                args.overrides)
-            logging.info("outcomes: %s", counts)
+            print(f"outcomes: {counts}", flush=True)
         runs = load_study([root])
     except (ValueError, FileNotFoundError) as error:
         print(f"mqar_study.py: error: {error}", file=sys.stderr)
         return 2
-    best = best_per_setting(runs)
+    summary = summarize(runs, grid["lr_seed"])
     expected = len(grid["lrs"])
-    partial = bool((best["lrs_tried"] < expected).any())
+    partial = bool((summary["lrs_tried"] < expected).any()
+                   or (summary["seeds"] < len(grid["seeds"])).any())
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / f"{args.name}_runs.csv", lambda f: runs.to_csv(f, index=False))
-    write_atomic(out / f"{args.name}.csv", lambda f: best.to_csv(f, index=False))
+    paths = [out / f"{args.name}{suffix}" for suffix in ("_runs.csv", ".csv", ".md", ".png")]
+    write_atomic(paths[0], lambda f: runs.to_csv(f, index=False))
+    write_atomic(paths[1], lambda f: summary.to_csv(f, index=False))
+    write_text_atomic(paths[2], caption(runs, summary, grid, partial) + accuracy_table(summary))
     first = runs.iloc[0]
-    setting = (f"MQAR, vocab {first['vocab_size']}, length {first['seq_len']}, "
-               f"{first['num_pairs']} pairs, {first['num_layers']} layers, "
-               f"{first['max_steps']} steps; best of {expected} lrs")
-    if partial:
-        setting += f" (PARTIAL: some points have fewer than {expected} lrs)"
-    header = f"{setting}\n\nTest accuracy (%) at the lr with the best validation accuracy.\n\n"
-    write_text_atomic(out / f"{args.name}.md", header + accuracy_table(best))
-    plot_state_size(best, out / f"{args.name}.png", title=setting)
-    print(f"{len(runs)} runs -> {out / (args.name + '.csv')}, {out / (args.name + '.png')}"
-          + (" (partial)" if partial else ""))
+    title = (f"MQAR, vocab {first['vocab_size']}, length {first['seq_len']}, "
+             f"{first['num_pairs']} pairs; median of {len(grid['seeds'])} seeds (line), "
+             "every seed (points)")
+    plot_state_size(summary, runs, paths[3], title=title)
+    record(paths, command_line(__file__, argv))
+    print(f"{len(runs)} runs -> {paths[1]}, {paths[3]}" + (" (partial)" if partial else ""))
     return 0
 
+
+def caption(runs, summary, grid: dict, partial: bool) -> str:
+    """What the table shows and how it was chosen, above it in <name>.md."""
+    first = runs.iloc[0]
+    lr_rule = ("on seed {}'s runs; the other seeds ran at that lr only".format(grid["lr_seed"])
+               if grid["lr_seed"] is not None else "on the median over seeds")
+    text = (f"MQAR, vocab {first['vocab_size']}, length {first['seq_len']}, "
+            f"{first['num_pairs']} pairs, {first['num_layers']} layers, at most "
+            f"{first['max_steps']} steps (early stop at val acc 0.99); seeds {grid['seeds']}; "
+            f"lrs {grid['lrs']}.\n\nEach cell: median test accuracy (%) over seeds at the lr "
+            f"with the best validation accuracy (chosen {lr_rule}; ties to the lower lr; test "
+            f"accuracy never read), and (k/n) the seeds whose test accuracy reached "
+            f"{100 * RECALL_THRESHOLD:.0f}%. Median step of the best validation accuracy: "
+            f"{summary['best_step_median'].median():.0f} of at most {first['max_steps']}.\n\n")
+    if partial:
+        text = f"PARTIAL: some points have fewer than {len(grid['lrs'])} lrs or " \
+               f"{len(grid['seeds'])} seeds.\n\n" + text
+    return text
 
 if __name__ == "__main__":
     sys.exit(main())

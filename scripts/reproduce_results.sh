@@ -1,32 +1,50 @@
 #!/usr/bin/env bash
-# Reproduce every measured number in the README's Results section, on this machine:
-#   bash scripts/reproduce_results.sh            (about two hours on 2 CPU cores)
-# Writes everything under results/ (git-ignored); the README quotes the printed tables.
+# Reproduce every committed result in docs/results/ (the files the README's tables are made
+# from), with the commands, seeds and output paths that made them, then regenerate the tables:
+#   bash scripts/reproduce_results.sh              everything (CPU: see the README for times)
+#   bash scripts/reproduce_results.sh bench        only the benchmarks (also: sweeps, study)
+# Each script writes its files' provenance records (docs/results/provenance.json: commit,
+# command, environment). Run it on a clean checkout: a record notes uncommitted changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p results
+OUT=docs/results
+WHAT="${1:-all}"
 # Every variant of conf/attention/, comma-separated for Hydra's multirun.
 ATTENTIONS="$(python -c "from linarena.attention.variants import variant_names; print(','.join(variant_names()))")"
 
-echo "== attention alone, bidirectional and causal"
-python scripts/benchmark_attention.py --out results/benchmark_attention.csv
-python scripts/benchmark_attention.py --causal --lengths 1024 4096 16384 \
-    --out results/benchmark_attention_causal.csv
+if [[ "$WHAT" == all || "$WHAT" == bench ]]; then
+    # The attention benchmark times performer-pytorch beside linarena's Performer: without the
+    # `bench` extra that column (and the error table's performer-pytorch columns) would be
+    # missing from the committed files, so stop instead of writing different files.
+    if ! python -c "import performer_pytorch" 2>/dev/null; then
+        echo "ERROR: performer-pytorch is not installed, so the attention benchmark would drop" >&2
+        echo "its performer-pytorch columns. Install it: pip install -e '.[bench]'" >&2
+        exit 1
+    fi
+    echo "== attention alone, bidirectional and causal"
+    python scripts/benchmark_attention.py --out "$OUT/benchmark_attention.csv"
+    python scripts/benchmark_attention.py --causal --lengths 1024 4096 16384 \
+        --out "$OUT/benchmark_attention_causal.csv"
+    echo "== full training step of the LRA text model"
+    python scripts/benchmark_model.py --out "$OUT"
+fi
 
-echo "== full training step of the LRA text model"
-python scripts/benchmark_model.py --out results/benchmark_model
+if [[ "$WHAT" == all || "$WHAT" == sweeps ]]; then
+    echo "== small-budget sweeps: every attention x 3 seeds (listops_small 300 steps; mqar_cpu)"
+    LISTOPS="python train.py -m attention=$ATTENTIONS seed=1,2,3 trainer.max_steps=300 tags=[readme] hydra.sweep.dir=results/sweeps/listops"
+    MQAR="python train.py -m experiment=mqar_cpu attention=$ATTENTIONS seed=1,2,3 tags=[readme] hydra.sweep.dir=results/sweeps/mqar"
+    $LISTOPS
+    $MQAR
+    python scripts/compare.py --runs results/sweeps --published --out "$OUT" \
+        --runs-command "$LISTOPS; $MQAR"
+fi
 
-echo "== small-budget ListOps: every attention x 3 seeds (listops_small, 300 steps)"
-python train.py -m "attention=$ATTENTIONS" seed=1,2,3 \
-    trainer.max_steps=300 tags=[readme] hydra.sweep.dir=results/sweeps/listops
+if [[ "$WHAT" == all || "$WHAT" == study ]]; then
+    echo "== MQAR recall against state size, 3 seeds (resumable)"
+    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --root results/mqar_study \
+        --out "$OUT"
+fi
 
-echo "== small-budget MQAR: every attention x 3 seeds (experiment=mqar_cpu)"
-python train.py -m experiment=mqar_cpu "attention=$ATTENTIONS" seed=1,2,3 \
-    tags=[readme] hydra.sweep.dir=results/sweeps/mqar
-
-echo "== MQAR recall against state size, with and without a short conv (about an hour)"
-python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --root results/mqar_study \
-    --out results/mqar_study
-
-echo "== comparison table and plots"
-python scripts/compare.py --runs results/sweeps --published --out results/compare
+echo "== README tables from the CSVs"
+python scripts/results_tables.py
+python scripts/provenance.py

@@ -3,6 +3,7 @@ scripts/benchmark_attention.py) at tiny sizes: the CSVs it writes and the error 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +28,9 @@ def test_tiny_run_writes_timings_and_performer_errors(tmp_path: Path, capsys) ->
     assert errors["inputs"].tolist() == ["random"] * 3 + ["clustered"] * 3
     assert errors["qk_scale"].tolist() == [0.25, 0.5, 1.0] * 2
     assert (errors["length"] == 64).all()  # the measured length closest to 4096
+    records = json.loads((tmp_path / "provenance.json").read_text())
+    assert set(records) == {"attention.csv", "attention_performer_error.csv"}
+    assert records["attention.csv"]["command"].startswith("python scripts/benchmark_attention.py")
     assert (errors["performer"] > 0).all() and (errors["mean_of_v"] > 0).all()
     random = errors[errors["inputs"] == "random"]
     # Error grows with the input scale: the FAVOR+ estimator's variance grows with |q|, |k|.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def test_tiny_benchmark_writes_csv_and_plot_and_skips_slow_cases(tmp_path: Path)
         "--out", str(tmp_path),
     ])
     assert exit_code == 0
+    records = json.loads((tmp_path / "provenance.json").read_text())
+    assert set(records) == {"benchmark_model.csv", "benchmark_model.png"}
     rows = pd.read_csv(tmp_path / "benchmark_model.csv", keep_default_na=False)
     assert len(rows) == 2 * 2  # what x length
     assert set(rows["what"]) == {"model_step", "attention_fwd_bwd"}

@@ -1,5 +1,6 @@
-"""The MQAR state-size study: its grid and resume logic, state sizes, best-lr selection, the
-report script and its figure, on a small synthetic study folder (no training)."""
+"""The MQAR state-size study: its grid and resume logic, state sizes, the lr chosen on
+validation, medians over seeds, the report script and its figure, on a small synthetic study
+folder (no training)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,27 @@ from omegaconf import OmegaConf
 from PIL import Image
 from training_helpers import compose_config
 
-from linarena.analysis.mqar_results import best_per_setting, load_study, state_size
-from linarena.analysis.mqar_study import StudyPoint, load_grid, missing, plan_points, run_point
+from linarena.analysis.mqar_results import choose_lr, load_study, state_size, summarize
+from linarena.analysis.mqar_study import (
+    Progress,
+    StudyPoint,
+    _later_seed_tasks,
+    load_grid,
+    missing,
+    plan_points,
+    run_point,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRESET = "mqar_study_cpu"
 
 
 def fake_run(root: Path, attention: str, d_model: int, conv: int, lr: float, val: float,
-             test: float) -> Path:
+             test: float, seed: int = 1) -> Path:
     """A finished run folder as the study writes it: the real composed config, fake metrics."""
-    point = StudyPoint(d_model, conv, lr)
+    point = StudyPoint(d_model, conv, lr, seed)
     folder = root / point.folder_name / attention
-    cfg = compose_config([f"experiment={PRESET}", f"attention={attention}",
+    cfg = compose_config([f"experiment={PRESET}", f"attention={attention}", f"seed={seed}",
                           f"model.d_model={d_model}", f"model.short_conv={conv}", f"optim.lr={lr}"])
     (folder / ".hydra").mkdir(parents=True)
     OmegaConf.save(cfg, folder / ".hydra" / "config.yaml")
@@ -35,7 +44,9 @@ def fake_run(root: Path, attention: str, d_model: int, conv: int, lr: float, val
     # summary.json names the class: "linear" for every LinearAttention variant.
     name = "linear" if attention == "taylor" else attention
     (folder / "summary.json").write_text(json.dumps(
-        {"task": "mqar", "attention": name, "seed": 1, "metrics": metrics}))
+        {"task": "mqar", "attention": name, "seed": seed, "metrics": metrics, "global_step": 300}))
+    (folder / "checkpoints").mkdir()
+    (folder / "checkpoints" / f"best-step{200 + seed}-acc{val:.4f}.ckpt").touch()
     return folder
 
 
@@ -45,8 +56,11 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fake_run(root, "elu", 16, 3, 1e-3, val=0.50, test=0.48)
     fake_run(root, "elu", 16, 3, 3e-3, val=0.90, test=0.85)  # best on validation
     fake_run(root, "elu", 16, 3, 1e-2, val=0.70, test=0.95)  # best on test: not chosen
+    fake_run(root, "elu", 16, 3, 3e-3, val=0.95, test=0.93, seed=2)
+    fake_run(root, "elu", 16, 3, 3e-3, val=0.20, test=0.12, seed=3)
     fake_run(root, "softmax", 16, 0, 3e-3, val=0.99, test=0.98)
     fake_run(root, "taylor", 32, 3, 3e-3, val=0.60, test=0.61)
+    fake_run(root, "taylor", 32, 3, 1e-2, val=0.60, test=0.99)  # a tie: the lower lr is chosen
     return root
 
 
@@ -65,33 +79,87 @@ def test_state_size_counts_the_recurrent_state_or_the_kv_cache() -> None:
     assert state_size(config_of("softmax", 16)) == (2 * length * 16 * layers, "kv_cache")
 
 
+def test_grid_has_three_seeds_and_the_based_lrs() -> None:
+    grid = load_grid(PRESET)
+    assert grid["seeds"] == [1, 2, 3] and grid["lr_seed"] == 1
+    assert grid["lrs"] == pytest.approx([1e-3, 10 ** -2.5, 1e-2, 10 ** -1.5], rel=2e-3)
+    assert load_grid("mqar_study_gpu")["lrs"] == grid["lrs"]  # every variant, every preset
+    assert load_grid(PRESET, ["study.short_conv=[3]"])["short_conv"] == [3]
+    with pytest.raises(ValueError, match=r"study\.lr_seed=7 is not one of"):
+        load_grid(PRESET, ["study.lr_seed=7"])
+
+
+@pytest.mark.parametrize("preset", ["mqar", "mqar_cpu", "mqar_study_cpu", "mqar_study_gpu"])
+def test_mqar_presets_never_redraw_performer_features(preset: str) -> None:
+    assert compose_config([f"experiment={preset}", "attention=performer"]).attention.redraw_interval == 0
+    default = compose_config(["attention=performer"]).attention.redraw_interval
+    assert default == 1000  # redraws stay available outside MQAR
+
+
+@pytest.mark.parametrize("preset", ["mqar_study_cpu", "mqar_study_gpu"])
+def test_study_runs_stop_at_val_acc_099(preset: str) -> None:
+    callbacks = compose_config([f"experiment={preset}"]).callbacks
+    assert all("_target_" in node for node in callbacks.values())  # nothing else slipped in
+    callback = callbacks.early_stopping
+    assert (callback.monitor, callback.mode, callback.stopping_threshold) == ("val/acc", "max", 0.99)
+    assert callback.patience >= compose_config([f"experiment={preset}"]).trainer.max_steps
+
+
 def test_points_put_the_middle_lr_first_and_name_every_override(tmp_path: Path) -> None:
     grid = load_grid(PRESET)
-    points = plan_points(grid)
+    points = plan_points(grid, [1])
     assert len(points) == len(grid["widths"]) * len(grid["short_conv"]) * len(grid["lrs"])
-    middle = grid["lrs"][len(grid["lrs"]) // 2]
-    first = [point.lr for point in points[: len(points) // len(grid["lrs"])]]
-    assert set(first) == {middle}
-    command = StudyPoint(32, 3, 3e-3).command(PRESET, ["elu", "softmax"], tmp_path)
+    lrs = grid["lrs"]
+    first = {point.lr for point in points[: 2 * len(points) // len(lrs)]}
+    assert first == {lrs[1], lrs[2]}  # the two middle ones of four
+    command = StudyPoint(32, 3, 3e-3, 2).command(PRESET, ["elu", "softmax"], tmp_path)
     assert {"-m", f"experiment={PRESET}", "attention=elu,softmax", "model.d_model=32",
-            "model.short_conv=3", "optim.lr=0.003"} <= set(command)
+            "model.short_conv=3", "optim.lr=0.003", "seed=2"} <= set(command)
 
 
 def test_finished_runs_are_skipped_and_killed_ones_redone(study: Path) -> None:
-    point = StudyPoint(16, 3, 3e-3)
+    point = StudyPoint(16, 3, 3e-3, 1)
     assert missing(point, study, ["elu", "softmax"]) == ["softmax"]
     # Every attention finished: nothing is launched.
     assert run_point(point, PRESET, study, ["elu"], threads=1) == "done"
 
 
-def test_best_lr_is_chosen_on_validation_and_the_lrs_tried_are_counted(study: Path) -> None:
+def test_lr_is_chosen_on_validation_only_with_ties_to_the_lower_lr(study: Path) -> None:
     runs = load_study([study])
-    assert len(runs) == 5
-    best = best_per_setting(runs).set_index(["attention", "short_conv", "d_model"])
-    assert best.loc[("taylor", 3, 32), "test_acc"] == 0.61  # named by the config, not the class
-    elu = best.loc[("elu", 3, 16)]
-    assert (elu["best_lr"], elu["test_acc"], elu["lrs_tried"]) == (3e-3, 0.85, 3)
-    assert best.loc[("softmax", 0, 16), "state_kind"] == "kv_cache"
+    assert len(runs) == 8
+    chosen = choose_lr(runs[runs["seed"] == 1])
+    assert chosen[("elu", 3, 16)] == 3e-3  # best validation, although 1e-2 tests higher
+    assert chosen[("taylor", 3, 32)] == 3e-3  # equal validation: the lower lr
+
+
+def test_summary_gives_the_median_over_seeds_and_the_seeds_that_recalled(study: Path) -> None:
+    summary = summarize(load_study([study]), lr_seed=1).set_index(["attention", "short_conv",
+                                                                   "d_model"])
+    elu = summary.loc[("elu", 3, 16)]
+    assert (elu["chosen_lr"], elu["seeds"], elu["recalled"]) == (3e-3, 3, 1)
+    assert elu["test_acc_median"] == 0.85 and elu["lrs_tried"] == 3
+    assert elu["best_step_median"] == 202 and elu["lr_chosen_on"] == "seed 1"
+    assert summary.loc[("softmax", 0, 16), "state_kind"] == "kv_cache"
+
+
+def test_later_seeds_run_only_at_the_lr_their_first_seed_chose(study: Path) -> None:
+    grid = load_grid(PRESET)
+    tasks = dict(_later_seed_tasks(grid, study, ["elu", "softmax", "taylor"]))
+    assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu seeds 2 and 3 already ran
+    assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
+    assert tasks[StudyPoint(16, 0, 3e-3, 3)] == ["softmax"]
+    assert all(point.lr == 3e-3 for point in tasks)
+
+
+def test_progress_prints_one_line_per_run_with_its_result_and_an_eta(
+    study: Path, capsys: pytest.CaptureFixture
+) -> None:
+    progress = Progress(total_runs=4)
+    progress.report(StudyPoint(16, 3, 3e-3, 1), ["elu", "softmax"], study, "ok")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("[1/4] d16_conv3_lr3.00e-03_seed1/elu: test 85.0%, val 90.0%")
+    assert "ETA" in lines[0] and "console.log" in lines[1]  # softmax has no run there
 
 
 def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: Path) -> None:
@@ -101,14 +169,18 @@ def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: 
     out = tmp_path / "out"
     assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
                         "--out", str(out)]) == 0
-    best = pd.read_csv(out / "mqar_state_size.csv")
-    assert len(best) == 3 and len(pd.read_csv(out / "mqar_state_size_runs.csv")) == 5
+    summary = pd.read_csv(out / "mqar_state_size.csv")
+    assert len(summary) == 3 and len(pd.read_csv(out / "mqar_state_size_runs.csv")) == 8
     table = (out / "mqar_state_size.md").read_text()
-    assert "PARTIAL" in table  # softmax at d16 without conv has 1 of 3 lrs
-    assert "| elu+1 | 3 | 85.0 | – |" in table
+    assert "PARTIAL" in table  # softmax at d16 without conv has 1 of 4 lrs
+    assert "chosen on seed 1's runs" in table
+    assert "| elu+1 | 3 | 85.0 (1/3) | – |" in table
     assert table.index("| softmax |") < table.index("| elu+1 |")  # registry order
     width, height = Image.open(out / "mqar_state_size.png").size
     assert width > 1.5 * height  # two panels side by side
+    records = json.loads((out / "provenance.json").read_text())
+    assert set(records) == {f"mqar_state_size{s}" for s in ("_runs.csv", ".csv", ".md", ".png")}
+    assert "--report-only" in records["mqar_state_size.csv"]["command"]
 
 
 def test_missing_study_folder_is_a_clear_error(tmp_path: Path) -> None:

@@ -68,9 +68,10 @@ def test_bad_kernel_size_names_the_key() -> None:
 
 
 @pytest.mark.parametrize(
-    "experiment", [name for name in config_names("experiment") if "mqar_study" not in name]
+    "experiment", [name for name in config_names("experiment")
+                   if not name.startswith(("mqar_study", "mqar_mixture"))]
 )
-def test_off_in_every_preset_but_the_study(experiment: str) -> None:
+def test_off_in_every_preset_but_the_study_and_the_mixture(experiment: str) -> None:
     assert compose_config([f"experiment={experiment}"]).model.short_conv == 0
 
 

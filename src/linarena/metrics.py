@@ -40,6 +40,8 @@ class Metric:
         integer: stored as an int in summary.json.
         progress: (short name, format) on the progress bar and progress lines; None: not shown.
         since: the summary.json schema version that first has it (older summaries lack it).
+        prefix: `key` names a family: every logged key that starts with it (one per test
+            setting, e.g. test/acc_L256_P64 of the MQAR mixture), each treated as this metric.
     """
 
     key: str
@@ -54,6 +56,7 @@ class Metric:
     progress: tuple[str, str] | None = None
     in_row: bool = False
     since: int = 1
+    prefix: bool = False
 
 
 TEST_ACC = Metric("test/acc", in_summary=True, required=True, name="test_acc_pct",
@@ -68,6 +71,8 @@ TEST_LOSS = Metric("test/loss", in_summary=True)
 SAMPLES_PER_SEC = Metric("perf/samples_per_sec", in_summary=True)
 VAL_ACC_BEST = Metric("val/acc_best", in_summary=True, in_row=True, progress=("best", ".3f"))
 VAL_ACC = Metric("val/acc", wandb_summary="max", progress=("val_acc", ".3f"))
+# Accuracy per test setting, test/acc_L<length>_P<pairs>, from tasks with several (MQAR mixture).
+TEST_ACC_PER_SETTING = Metric("test/acc_", in_summary=True, prefix=True, since=2)
 
 METRICS: tuple[Metric, ...] = (
     Metric("train/loss", wandb_summary="min", progress=("loss", ".3f")),
@@ -80,12 +85,14 @@ METRICS: tuple[Metric, ...] = (
     SAMPLES_PER_SEC,
     PEAK_MEMORY_MB,
     PARAMS,
+    TEST_ACC_PER_SETTING,
 )
 
 
 def summary_metrics() -> tuple[Metric, ...]:
-    """The metrics summary.json's "metrics" block holds, in registry order."""
-    return tuple(m for m in METRICS if m.in_summary)
+    """The metrics every summary.json's "metrics" block holds, in registry order (families of
+    per-setting keys, present only for the tasks that have them, are not listed)."""
+    return tuple(m for m in METRICS if m.in_summary and not m.prefix)
 
 
 def compared_metrics() -> tuple[Metric, ...]:
@@ -118,4 +125,7 @@ def metrics_block(values: dict[str, Any]) -> dict[str, float | int | None]:
     for metric in summary_metrics():
         value = finite_or_none(values.get(metric.key))
         block[metric.key] = int(value) if metric.integer and value is not None else value
+    for family in (m for m in METRICS if m.in_summary and m.prefix):
+        block.update({key: finite_or_none(value) for key, value in sorted(values.items())
+                      if key.startswith(family.key)})
     return block

@@ -29,10 +29,12 @@ import torch.nn.functional as F
 
 from linarena.analysis.bench_runner import run_round_robin, write_csv_atomic
 from linarena.analysis.performer_error import approximation_errors, error_table
+from linarena.analysis.provenance import REPO_ROOT, command_line, record
 from linarena.attention.variants import check_variant_names, is_linear, load_variant, variant_names
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BASELINE = "softmax"
+SCRIPT = REPO_ROOT / "scripts" / "benchmark_attention.py"  # what runs main()
 
 
 def einsum_elu(q, k, v, eps: float = 1e-6):
@@ -175,6 +177,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = run_round_robin(linear, args.lengths, lambda name, n: prepare(variants[name], n, args),
                            args.repeats, args.device, args.max_seconds, fields)
     write_csv_atomic(rows, args.out, columns=list(rows[0]))
+    command = command_line(SCRIPT, argv)
+    record([args.out], command)
     print("\n".join(["", *summarise(rows, args), f"CSV: {args.out}"]))
     if "performer" in variants and not args.causal and args.error_scales:
         length = min(args.lengths, key=lambda n: abs(n - 4096))
@@ -184,4 +188,5 @@ def main(argv: list[str] | None = None) -> None:
         )
         error_path = args.out.with_name(f"{args.out.stem}_performer_error.csv")
         write_csv_atomic(error_rows, error_path, columns=list(error_rows[0]))
+        record([error_path], command)
         print("\n".join(["", *error_table(error_rows), f"CSV: {error_path}"]))

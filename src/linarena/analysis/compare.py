@@ -26,6 +26,7 @@ import pandas as pd
 
 from linarena.analysis.order import task_sort_key
 from linarena.analysis.plots import plot_accuracy_vs_throughput
+from linarena.analysis.provenance import REPO_ROOT, command_line, record
 from linarena.analysis.runs import (
     RunRecord,
     drop_reruns,
@@ -58,6 +59,9 @@ def parse_args(argv: list[str] | None, default_out: Path) -> argparse.Namespace:
     parser.add_argument("--published", action="store_true",
                         help="add the published LRA accuracies (not measured here) as a column")
     parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--runs-command", default=None,
+                        help="the command that made the runs, for the outputs' provenance "
+                             "records (<out>/provenance.json)")
     return parser.parse_args(argv)
 
 
@@ -66,11 +70,12 @@ def folder_of(sweep: str) -> str:
     return sweep.split(": ", 1)[0]
 
 
-def write_plots(table: pd.DataFrame, out: Path) -> list[str]:
+def write_plots(table: pd.DataFrame, out: Path) -> tuple[list[str], list[Path]]:
     """One scatter plot per multirun folder and task (the sweeps of one folder, e.g. the
-    trials of an Optuna search, share a plot); returns a line per folder for the listing."""
+    trials of an Optuna search, share a plot); returns a line per folder for the listing and
+    the files written."""
     folders = sorted({folder_of(sweep) for sweep in table["sweep"]})
-    listing = []
+    listing, written = [], []
     for number, folder in enumerate(folders, start=1):
         of_folder = table[[folder_of(sweep) == folder for sweep in table["sweep"]]]
         for task in sorted(set(of_folder["task"]), key=task_sort_key):
@@ -79,8 +84,9 @@ def write_plots(table: pd.DataFrame, out: Path) -> list[str]:
                 continue  # every run failed: nothing to place
             name = f"scatter_{task}.png" if len(folders) == 1 else f"scatter_{number}_{task}.png"
             plot_accuracy_vs_throughput(rows, task, folder, out / name)
+            written.append(out / name)
         listing.append(f"  {number}: {folder}")
-    return listing
+    return listing, written
 
 
 def failed_note(records: list[RunRecord]) -> str | None:
@@ -117,7 +123,10 @@ def main(argv: list[str] | None = None, default_out: Path = Path("results/compar
     args.out.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out / "results.csv", lambda file: table.to_csv(file, index=False))
     write_atomic(args.out / "results.md", lambda file: file.write(to_markdown(table)))
-    listing = write_plots(table, args.out)
+    listing, plots = write_plots(table, args.out)
+    command = command_line(REPO_ROOT / "scripts" / "compare.py", argv)
+    record([args.out / "results.csv", args.out / "results.md", *plots],
+           f"{args.runs_command}; then {command}" if args.runs_command else command)
     print(to_markdown(table))
     sweeps = sorted(set(table["sweep"]))
     if len(sweeps) > 1:

@@ -1,4 +1,5 @@
-"""MQAR study results: one row per run from its folder, state sizes, the best learning rate.
+"""MQAR study results: one row per run from its folder, state sizes, the learning rate chosen
+on validation, and per point the median over seeds and how many seeds recalled.
 
 Each run folder holds summary.json (metrics, hparams) and .hydra/config.yaml (the full config,
 written by Hydra), from which the state size is computed.
@@ -31,9 +32,13 @@ from linarena.attention.variants import label, variant_names
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "short_conv", "d_model", "num_heads", "num_layers", "lr",
-               "state_size", "state_kind", "test_acc", "val_acc_best", "max_steps", "vocab_size",
-               "seq_len", "num_pairs", "run")
+               "seed", "state_size", "state_kind", "test_acc", "val_acc_best", "steps",
+               "best_step", "max_steps", "vocab_size", "seq_len", "num_pairs", "run")
 GROUP = ["attention", "short_conv", "d_model"]
+# A seed "recalls" when its test accuracy reaches this (the table's "2/3").
+RECALL_THRESHOLD = 0.9
+# Validation accuracies closer than this are a tie (500 examples x 8 queries: steps of 2.5e-4).
+TIE = 1e-4
 
 
 def state_size(config: dict) -> tuple[int, str]:
@@ -61,6 +66,15 @@ def attention_choice(folder: Path, summary: dict) -> str:
     return str(summary["attention"])
 
 
+def best_step(folder: Path) -> int | None:
+    """The step of the best validation accuracy: the best checkpoint's name,
+    best-step<N>-acc<...>.ckpt (callbacks/default.yaml); None without one."""
+    found = sorted((folder / "checkpoints").glob("best-step*-acc*.ckpt"))
+    if not found:
+        return None
+    return int(found[-1].name.removeprefix("best-step").split("-acc")[0])
+
+
 def run_row(folder: Path) -> dict:
     """The row of one finished run folder (summary.json and .hydra/config.yaml)."""
     summary = json.loads((folder / SUMMARY_FILE).read_text())
@@ -76,8 +90,9 @@ def run_row(folder: Path) -> dict:
         "attention": attention, "label": label(attention),
         "short_conv": int(model.get("short_conv", 0)), "d_model": model["d_model"],
         "num_heads": model["num_heads"], "num_layers": model["num_layers"],
-        "lr": config["optim"]["lr"], "state_size": size, "state_kind": kind,
-        "test_acc": metrics["test/acc"], "val_acc_best": metrics["val/acc_best"],
+        "lr": config["optim"]["lr"], "seed": int(config["seed"]), "state_size": size,
+        "state_kind": kind, "test_acc": metrics["test/acc"], "val_acc_best": metrics["val/acc_best"],
+        "steps": summary.get("global_step"), "best_step": best_step(folder),
         "max_steps": config["trainer"]["max_steps"], "vocab_size": data["vocab_size"],
         "seq_len": data["max_length"], "num_pairs": data["num_pairs"],
         "run": f"{folder.parent.name}/{folder.name}",
@@ -93,26 +108,55 @@ def load_study(roots: Iterable[str | Path]) -> pd.DataFrame:
     return pd.DataFrame([run_row(folder) for folder in folders], columns=list(RUN_COLUMNS))
 
 
-def best_per_setting(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (attention, short_conv, d_model): the run with the best val/acc_best (its lr chosen
-    on validation), with its test accuracy, and how many learning rates were tried."""
-    ranked = runs.sort_values(["val_acc_best", "test_acc"], ascending=False)
-    best = ranked.groupby(GROUP, sort=False).head(1).copy()
-    tried = runs.groupby(GROUP).size().rename("lrs_tried")
-    best = best.join(tried, on=GROUP).rename(columns={"lr": "best_lr"})
-    return best.sort_values(GROUP).reset_index(drop=True)
+def choose_lr(runs: pd.DataFrame) -> pd.Series:
+    """Per (attention, short_conv, d_model): the lr with the highest median val/acc_best over
+    its seeds; ties (within TIE) go to the lower lr. Test accuracy is never read."""
+    chosen = {}
+    for key, group in runs.groupby(GROUP):
+        per_lr = group.groupby("lr")["val_acc_best"].median().sort_index()
+        best = per_lr.max()
+        chosen[key] = float(per_lr[per_lr >= best - TIE].index[0])
+    return pd.Series(chosen, name="lr").rename_axis(GROUP)
 
 
-def accuracy_table(best: pd.DataFrame) -> str:
-    """Markdown: a row per attention and short_conv, a column per width, best test accuracy %."""
-    table = best.pivot_table(index=["attention", "short_conv"], columns="d_model",
-                             values="test_acc")
+def summarize(runs: pd.DataFrame, lr_seed: int | None = None) -> pd.DataFrame:
+    """One row per (attention, short_conv, d_model) at its chosen lr (chosen on the lr_seed's
+    runs when given, else on every seed's): the median test accuracy over seeds, the seeds that
+    reached RECALL_THRESHOLD, the median step of the best validation accuracy, lrs tried."""
+    basis = runs if lr_seed is None else runs[runs["seed"] == lr_seed]
+    tried = basis.groupby(GROUP)["lr"].nunique()
+    groups = dict(list(runs.groupby(GROUP)))
+    rows = []
+    for key, lr in choose_lr(basis).items():
+        at_lr = groups[key][groups[key]["lr"] == lr]
+        first = at_lr.iloc[0]
+        rows.append({
+            **dict(zip(GROUP, key, strict=True)), "label": first["label"],
+            "state_size": first["state_size"], "state_kind": first["state_kind"],
+            "chosen_lr": lr, "lr_chosen_on": "all seeds" if lr_seed is None else f"seed {lr_seed}",
+            "seeds": len(at_lr), "recalled": int((at_lr["test_acc"] >= RECALL_THRESHOLD).sum()),
+            "test_acc_median": at_lr["test_acc"].median(),
+            "test_acc_min": at_lr["test_acc"].min(), "test_acc_max": at_lr["test_acc"].max(),
+            "val_acc_median": at_lr["val_acc_best"].median(),
+            "best_step_median": at_lr["best_step"].median(),
+            "max_steps": first["max_steps"], "lrs_tried": int(tried[key]),
+        })
+    return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
+
+
+def accuracy_table(summary: pd.DataFrame) -> str:
+    """Markdown: a row per attention and short_conv, a column per width; each cell the median
+    test accuracy % over seeds at the chosen lr and the seeds that recalled, e.g. "98.9 (2/3)"."""
+    cells = summary.assign(cell=[
+        f"{100 * row.test_acc_median:.1f} ({row.recalled}/{row.seeds})"
+        for row in summary.itertuples()])
+    table = cells.pivot(index=["attention", "short_conv"], columns="d_model", values="cell")
     order = {name: index for index, name in enumerate(variant_names())}
     table = table.sort_index(key=lambda index: index.map(
         lambda value: order.get(value, len(order)) if isinstance(value, str) else -value))
     lines = ["| attention | short conv | " + " | ".join(f"d={w}" for w in table.columns) + " |",
              "|---|---|" + "---|" * len(table.columns)]
     for (name, conv), row in table.iterrows():
-        cells = " | ".join("–" if pd.isna(v) else f"{100 * v:.1f}" for v in row)
-        lines.append(f"| {label(name)} | {conv or 'off'} | {cells} |")
+        values = " | ".join("–" if pd.isna(v) else v for v in row)
+        lines.append(f"| {label(name)} | {conv or 'off'} | {values} |")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ from linarena.data.errors import (
 )
 from linarena.data.image import ImageDataModule
 from linarena.data.listops import ListOpsDataModule
-from linarena.data.mqar import MQARDataModule
+from linarena.data.mqar import MQARDataModule, MQARMixtureDataModule
 from linarena.data.pathfinder import PathfinderDataModule
 from linarena.data.retrieval import RetrievalDataModule
 from linarena.data.spec import TaskSpec
@@ -29,6 +29,7 @@ __all__ = [
     "ImageDataModule",
     "ListOpsDataModule",
     "MQARDataModule",
+    "MQARMixtureDataModule",
     "PathfinderDataModule",
     "RetrievalDataModule",
     "TaskDataModule",

@@ -11,15 +11,16 @@ slots close to the pairs for small `power_a`, as in Zoology.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
 from linarena.data.base import TaskDataModule, check_split_sizes
-from linarena.data.batching import IGNORE_INDEX, TokenDataset
+from linarena.data.batching import IGNORE_INDEX, PAD_ID, TokenDataset, collate_tokens
 from linarena.data.errors import DataConfigError
 from linarena.data.spec import TaskSpec
 
@@ -73,16 +74,16 @@ def generate_mqar(
 
 
 def check_mqar_settings(vocab_size: int, seq_len: int, num_pairs: int) -> None:
-    """Raise ValueError naming the config key when the settings cannot produce a sequence."""
+    """Raise DataConfigError naming the config key when the settings cannot produce a sequence."""
     if num_pairs < 1:
-        raise ValueError(f"data.num_pairs must be >= 1, got {num_pairs}")
+        raise DataConfigError(f"data.num_pairs must be >= 1, got {num_pairs}")
     if vocab_size // 2 - 1 < num_pairs:
-        raise ValueError(
+        raise DataConfigError(
             f"data.vocab_size={vocab_size} gives {vocab_size // 2 - 1} key ids, fewer "
             f"than data.num_pairs={num_pairs}; raise data.vocab_size"
         )
     if seq_len < 4 * num_pairs:
-        raise ValueError(
+        raise DataConfigError(
             f"data.max_length={seq_len} is too short for data.num_pairs={num_pairs}: "
             f"pairs and query slots need 4 * num_pairs = {4 * num_pairs} positions"
         )
@@ -141,3 +142,136 @@ class MQARDataModule(TaskDataModule):
 
     def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
         return TokenDataset(tensors[f"{split}/tokens"], tensors[f"{split}/labels"])
+
+
+def mqar_setting_name(length: int, pairs: int) -> str:
+    """The name of a (length, pairs) setting in metric keys: test/acc_L256_P64."""
+    return f"L{length}_P{pairs}"
+
+
+def _settings(items: Sequence[Mapping[str, int]], key: str) -> list[tuple[int, int, int]]:
+    """[(length, pairs, examples)] from the config list `data.<key>` of {length, pairs, examples}."""
+    if not items:
+        raise DataConfigError(f"data.{key} is empty: list at least one {{length, pairs, examples}}")
+    found = []
+    for item in items:
+        if set(item) != {"length", "pairs", "examples"} or int(item["examples"]) < 1:
+            raise DataConfigError(f"data.{key}: each entry needs length, pairs and examples >= 1, "
+                             f"got {dict(item)}")
+        found.append((int(item["length"]), int(item["pairs"]), int(item["examples"])))
+    return found
+
+
+def _padded(arrays: list[np.ndarray], length: int, fill: int) -> np.ndarray:
+    """Rows of every (n_i, length_i) array, right-padded with `fill` to `length`, stacked."""
+    return np.concatenate([np.pad(a, ((0, 0), (0, length - a.shape[1])), constant_values=fill)
+                           for a in arrays])
+
+
+class SettingTokens(TokenDataset):
+    """TokenDataset of one (length, pairs) setting; items carry the setting's index."""
+
+    def __init__(self, tokens: torch.Tensor, labels: torch.Tensor, setting: int) -> None:
+        super().__init__(tokens, labels)
+        self.setting = setting
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        return (*super().__getitem__(index), self.setting)
+
+
+def collate_settings(batch: Sequence[tuple[torch.Tensor, torch.Tensor, int]]) -> dict:
+    """collate_tokens plus `setting`: the index of the batch's one (length, pairs) setting."""
+    out = collate_tokens([(tokens, labels) for tokens, labels, _ in batch])
+    out["setting"] = torch.tensor(batch[0][2])
+    return out
+
+
+class MQARMixtureDataModule(TaskDataModule):
+    """MQAR as Zoology trains and tests it: training on a mixture of (length, pairs) settings
+    (shorter ones right-padded to the longest, labels -100 there), validation on fresh examples
+    of the same mixture, and a test set per setting, typically longer and with more pairs.
+
+    Test batches hold one setting each and carry its index (`setting`); `test_setting_names`
+    names them (L<length>_P<pairs>), and the training module logs test/acc_<name> per setting
+    beside test/acc over all of them. max_length must cover the longest setting (the model's
+    position table).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        train: Sequence[Mapping[str, int]],
+        test: Sequence[Mapping[str, int]],
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+        max_length: int = 1024,
+        vocab_size: int = 8192,
+        power_a: float = 0.01,
+        num_val: int = 200,
+    ) -> None:
+        spec = TaskSpec("mqar_mixture", "token", vocab_size, vocab_size, max_length)
+        super().__init__(spec, data_dir, batch_size, num_workers, seed)
+        self.train_settings, self.test_settings = _settings(train, "train"), _settings(test, "test")
+        for length, pairs, _ in self.train_settings + self.test_settings:
+            check_mqar_settings(vocab_size, length, pairs)
+        longest = max(length for length, _, _ in self.train_settings + self.test_settings)
+        if max_length < longest:
+            raise DataConfigError(f"data.max_length={max_length} is shorter than the longest "
+                                  f"setting ({longest} tokens); set data.max_length={longest}")
+        if num_val < 1 or not power_a > 0:
+            raise DataConfigError(f"data.num_val must be >= 1 and data.power_a > 0, got "
+                                  f"{num_val}, {power_a}")
+        self.power_a, self.num_val = power_a, num_val
+        self.test_setting_names = [mqar_setting_name(length, pairs)
+                                   for length, pairs, _ in self.test_settings]
+
+    def cache_config(self) -> dict[str, Any]:
+        return {"seed": self.seed, "vocab_size": self.vocab_size, "power_a": self.power_a,
+                "train": [list(s) for s in self.train_settings],
+                "test": [list(s) for s in self.test_settings],
+                "num_val": self.num_val}
+
+    def _generate(self, split: int, settings: list[tuple[int, int, int]]) -> list[tuple]:
+        """(tokens, labels) per setting, each from its own stream (seed, split, setting)."""
+        return [generate_mqar(examples, self.vocab_size, length, pairs,
+                              np.random.default_rng([self.seed, split, index]), self.power_a)
+                for index, (length, pairs, examples) in enumerate(settings)]
+
+    def build(self) -> dict[str, torch.Tensor]:
+        dtype = torch.int16 if self.vocab_size <= torch.iinfo(torch.int16).max else torch.int32
+        tensors = {}
+        val_settings = [(length, pairs, self.num_val) for length, pairs, _ in self.train_settings]
+        train_length = max(length for length, _, _ in self.train_settings)
+        for split_index, (split, settings) in enumerate(
+            (("train", self.train_settings), ("val", val_settings))
+        ):
+            parts = self._generate(split_index, settings)
+            tokens = _padded([t for t, _ in parts], train_length, PAD_ID)
+            labels = _padded([label for _, label in parts], train_length, IGNORE_INDEX)
+            tensors[f"{split}/tokens"] = torch.from_numpy(tokens).to(dtype)
+            tensors[f"{split}/labels"] = torch.from_numpy(labels).to(dtype)
+        for name, (tokens, labels) in zip(self.test_setting_names,
+                                          self._generate(2, self.test_settings), strict=True):
+            tensors[f"test/{name}/tokens"] = torch.from_numpy(tokens).to(dtype)
+            tensors[f"test/{name}/labels"] = torch.from_numpy(labels).to(dtype)
+        return tensors
+
+    def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
+        if split != "test":
+            return TokenDataset(tensors[f"{split}/tokens"], tensors[f"{split}/labels"])
+        return ConcatDataset([
+            SettingTokens(tensors[f"test/{name}/tokens"], tensors[f"test/{name}/labels"], index)
+            for index, name in enumerate(self.test_setting_names)])
+
+    def test_dataloader(self) -> DataLoader:
+        """Batches of one setting each (settings differ in length), in setting order."""
+        if not self.datasets:
+            self.setup()
+        batches, start = [], 0
+        for _, _, examples in self.test_settings:
+            batches += [list(range(i, min(i + self.batch_size, start + examples)))
+                        for i in range(start, start + examples, self.batch_size)]
+            start += examples
+        return DataLoader(self.datasets["test"], batch_sampler=batches,
+                          collate_fn=collate_settings, num_workers=self.num_workers)

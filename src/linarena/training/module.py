@@ -38,6 +38,7 @@ class ClassificationModule(LightningModule):
         self.optim_settings = optim
         ignore_index = IGNORE_INDEX if head_kind == "token" else None
         metric_args = {"num_classes": num_classes, "average": "micro", "ignore_index": ignore_index}
+        self.metric_args = metric_args
         self.train_acc = MulticlassAccuracy(**metric_args)
         self.val_acc = MulticlassAccuracy(**metric_args)
         self.test_acc = MulticlassAccuracy(**metric_args)
@@ -124,12 +125,25 @@ class ClassificationModule(LightningModule):
         # that sync_dist takes leaves it as it is.
         self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
 
+    def on_test_epoch_start(self) -> None:
+        # A datamodule with several test settings (MQARMixtureDataModule) names them; batches
+        # then carry their setting's index and each setting gets its accuracy, test/acc_<name>.
+        names = getattr(self.trainer.datamodule, "test_setting_names", None) or []
+        self.setting_acc = nn.ModuleList(
+            MulticlassAccuracy(**self.metric_args) for _ in names).to(self.device)
+        self.setting_names = names
+
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, preds, labels, scored = self._loss(batch)
         self.test_loss(loss, weight=scored)
         self.test_acc(preds, labels)
         self.log("test/loss", self.test_loss, on_step=False, on_epoch=True)
         self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+        if "setting" in batch:
+            index = int(batch["setting"])
+            self.setting_acc[index](preds, labels)
+            self.log(f"test/acc_{self.setting_names[index]}", self.setting_acc[index],
+                     on_step=False, on_epoch=True)
 
     def configure_optimizers(self) -> dict:
         optimizer = build_optimizer(self.model, self.optim_settings)

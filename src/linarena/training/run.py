@@ -105,6 +105,8 @@ def train(cfg: DictConfig) -> float:
         **{key: tested[0].get(key) for key in (TEST_ACC.key, TEST_LOSS.key)},
         VAL_ACC_BEST.key: best_val,
         **parts.perf.final_metrics(),
+        # Per test setting (MQARMixtureDataModule): test/acc_<setting>.
+        **{key: value for key, value in tested[0].items() if key.startswith("test/acc_")},
     }
     if trainer.is_global_zero:
         summary = build_summary(cfg, parts.precision, metrics, {

@@ -1,0 +1,52 @@
+"""The provenance records of docs/results/ (provenance.json): list them, mark a result stale.
+
+    python scripts/provenance.py                                  # every record, stale ones flagged
+    python scripts/provenance.py --stale mqar_state_size.csv --reason "xavier init changed"
+    python scripts/provenance.py --check                          # exit 1 if a file has no record
+
+A stale mark (commit, reason) shows beside the result's table in the README after
+`python scripts/results_tables.py`; rerunning the result (its record's command) clears it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from linarena.analysis.provenance import RESULTS_DIR, load, mark_stale, unrecorded
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folder", type=Path, default=RESULTS_DIR, help="results folder")
+    parser.add_argument("--stale", nargs="+", metavar="FILE", default=[],
+                        help="result files (names in the folder) to mark stale")
+    parser.add_argument("--reason", default="", help="why they are stale (required with --stale)")
+    parser.add_argument("--check", action="store_true", help="fail if a file has no record")
+    args = parser.parse_args(argv)
+    try:
+        for name in args.stale:
+            entry = mark_stale(Path(name).name, args.reason, args.folder)
+            print(f"{name}: stale at {entry['stale']['commit']}: {entry['stale']['reason']}")
+    except ValueError as error:
+        print(f"provenance.py: error: {error}", file=sys.stderr)
+        return 2
+    missing = unrecorded(args.folder)
+    if args.check:
+        if missing:
+            print(f"no provenance record: {', '.join(missing)}", file=sys.stderr)
+            return 1
+        return 0
+    if not args.stale:
+        for name, entry in load(args.folder).items():
+            stale = entry.get("stale")
+            mark = f"  STALE since {stale['commit'][:10]}: {stale['reason']}" if stale else ""
+            print(f"{name}: {(entry.get('commit') or '?')[:10]} `{entry['command']}`{mark}")
+        for name in missing:
+            print(f"{name}: NO RECORD")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

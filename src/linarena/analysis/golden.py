@@ -1,0 +1,186 @@
+"""Golden runs: a few optimizer steps of every preset behind a published result, on tiny data.
+
+A golden run composes the preset's config as train.py would (conf/, with the preset's
+overrides), generates a few batches with the preset's own datamodule (smaller splits and batch,
+same generator and seed), builds the model with `build_model` and trains `STEPS` AdamW steps with
+the preset's optimizer and schedule, in float32 on the CPU. Its losses and parameter norms
+(before each step and after the last) are pinned in tests/golden/golden_losses.json; tests/test_golden_runs.py
+recomputes them. A change that moves them changes the preset's numbers, so the results listed
+with the case (files of docs/results/) no longer come from the code: rerun them or mark them
+stale (scripts/provenance.py --stale).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import tempfile
+from collections.abc import Sequence
+from itertools import islice
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from lightning.pytorch import seed_everything
+from omegaconf import DictConfig
+from torch.nn import functional as F
+
+from linarena.analysis.bench_cases import TEXT_MODEL, CaseSpec, build_classifier
+from linarena.attention.variants import CONF_DIR
+from linarena.data.batching import IGNORE_INDEX
+from linarena.training.build import build_model
+from linarena.training.optim import build_optimizer, build_scheduler
+
+GOLDEN_FILE = CONF_DIR.parent / "tests" / "golden" / "golden_losses.json"
+STEPS = 4         # optimizer steps; STEPS + 1 losses and parameter norms are pinned
+BATCH = 4         # examples per step
+SEED = 1          # the training seed of the published runs' first seed
+BENCH_LENGTH = 32  # tokens per sequence in the benchmark model's golden run
+
+LISTOPS_RERUN = ("python train.py -m attention=softmax,elu,performer,cosformer seed=1,2,3 "
+                 "trainer.max_steps=300 hydra.sweep.dir=results/sweeps/listops, then "
+                 "python scripts/compare.py --runs results/sweeps --published --out docs/results "
+                 "(bash scripts/reproduce_results.sh runs both)")
+MQAR_CPU_RERUN = ("python train.py -m experiment=mqar_cpu attention=softmax,elu,performer,"
+                  "cosformer seed=1,2,3 hydra.sweep.dir=results/sweeps/mqar, then "
+                  "python scripts/compare.py --runs results/sweeps --published --out docs/results")
+STUDY_RERUN = ("python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 "
+               "--out docs/results")
+BENCH_RERUN = "python scripts/benchmark_model.py --out docs/results"
+
+
+@dataclasses.dataclass(frozen=True)
+class GoldenCase:
+    """One preset and attention; `results`: the docs/results/ files its numbers feed."""
+
+    preset: str          # conf/experiment/ name, "" for the default config, "benchmark_model"
+    attention: str
+    overrides: tuple[str, ...]
+    results: tuple[str, ...]
+    rerun: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.preset or 'default'}/{self.attention}"
+
+
+def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str]) -> list[GoldenCase]:
+    """The golden cases of the published results: the small-budget sweeps over the attentions
+    `sweep`, the model benchmark over `bench`, the MQAR state-size study over `study` (each
+    with and without the short conv)."""
+    sweep_files = ("results.csv", "results.md")
+    found = []
+    for name in sweep:
+        found.append(GoldenCase("", name, ("trainer.max_steps=300",),
+                                (*sweep_files, "scatter_listops_small.png"), LISTOPS_RERUN))
+        found.append(GoldenCase("mqar_cpu", name, (), (*sweep_files, "scatter_mqar.png"),
+                                MQAR_CPU_RERUN))
+    for name in bench:
+        found.append(GoldenCase("benchmark_model", name, (),
+                                ("benchmark_model.csv", "benchmark_model.png"), BENCH_RERUN))
+    study_files = tuple(f"mqar_state_size{suffix}" for suffix in
+                        (".csv", "_runs.csv", ".md", ".png"))
+    for name in study:
+        for conv in (3, 0):
+            found.append(GoldenCase("mqar_study_cpu", name, (f"model.short_conv={conv}",),
+                                    study_files, STUDY_RERUN))
+    return found
+
+
+def case_key(case: GoldenCase) -> str:
+    """The key of a case in the golden file: preset/attention[/overrides]."""
+    extra = [o for o in case.overrides if not o.startswith("trainer.max_steps")]
+    return "/".join([case.name, *extra])
+
+
+def _loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The training loss of ClassificationModule: cross-entropy over scored labels."""
+    logits = model(batch["tokens"], batch["mask"])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                           batch["label"].reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def _parameter_norm(model: torch.nn.Module) -> float:
+    """The L2 norm of all parameters together: moves with any change of initialisation or
+    update, where a loss may barely move (its gradient in that direction is small)."""
+    return torch.sqrt(sum(p.detach().double().square().sum() for p in model.parameters())).item()
+
+
+def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+           scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+           batches: list[dict[str, torch.Tensor]]) -> list[float]:
+    """STEPS steps over `batches` (cycled). Returns the loss before each step and after the
+    last, then the parameter norm before each step and after the last (2 * (STEPS + 1))."""
+    losses, norms = [], []
+    model.train()
+    for step in range(STEPS + 1):
+        optimizer.zero_grad(set_to_none=True)
+        norms.append(_parameter_norm(model))
+        loss = _loss(model, batches[step % len(batches)])
+        losses.append(loss.item())
+        if step == STEPS:
+            break
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+    return losses + norms
+
+
+def _compose(preset: str, overrides: Sequence[str]) -> DictConfig:
+    """The config train.py composes for `experiment=<preset>` (or the default) and overrides,
+    at the golden size (BATCH x STEPS training examples, one of each other split)."""
+    overrides = [*overrides, f"seed={SEED}", f"data.batch_size={BATCH}",
+                 f"data.num_train={BATCH * STEPS}", "data.num_val=1", "data.num_test=1",
+                 "data.num_workers=0"]
+    if preset:
+        overrides.insert(0, f"experiment={preset}")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+@functools.lru_cache(maxsize=16)
+def _batches(preset: str, overrides: tuple[str, ...]) -> list[dict[str, torch.Tensor]]:
+    """The first STEPS training batches of the preset's datamodule, generated in a temporary
+    folder (cached per data setting: the attentions of one preset share them)."""
+    cfg = _compose(preset, overrides)
+    with tempfile.TemporaryDirectory() as data_dir:
+        cfg.paths.data_dir = data_dir
+        seed_everything(cfg.seed, workers=True, verbose=False)
+        datamodule = instantiate(cfg.data)
+        datamodule.setup("fit")
+        return list(islice(iter(datamodule.train_dataloader()), STEPS))
+
+
+def run_preset(case: GoldenCase) -> list[float]:
+    """The losses of the golden run of a train.py preset (see the module docstring)."""
+    cfg = _compose(case.preset, [f"attention={case.attention}", *case.overrides])
+    batches = _batches(case.preset, tuple(o for o in case.overrides if o.startswith("data.")))
+    seed_everything(cfg.seed, verbose=False)
+    model = build_model(cfg, instantiate(cfg.data))
+    settings = instantiate(cfg.optim, _convert_="all")
+    optimizer = build_optimizer(model, settings)
+    scheduler = build_scheduler(optimizer, settings, int(cfg.trainer.max_steps))
+    return _train(model, optimizer, scheduler, batches)
+
+
+def run_benchmark_model(case: GoldenCase) -> list[float]:
+    """The losses of the model benchmark's step (scripts/benchmark_model.py: the LRA text model,
+    AdamW lr 1e-4, random bytes) at BENCH_LENGTH tokens, float32 on the CPU."""
+    spec = CaseSpec(attention=case.attention, length=BENCH_LENGTH, what="model_step", batch=BATCH,
+                    device="cpu", dtype="float32", threads=torch.get_num_threads(), warmup=0,
+                    repeats=1, shape=TEXT_MODEL, conf_dir=str(CONF_DIR))
+    seed_everything(SEED, verbose=False)
+    model = build_classifier(spec)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1, TEXT_MODEL.vocab_size, (BATCH, BENCH_LENGTH), generator=generator)
+    labels = torch.randint(0, TEXT_MODEL.num_classes, (BATCH,), generator=generator)
+    batch = {"tokens": tokens, "mask": torch.ones_like(tokens, dtype=torch.bool), "label": labels}
+    return _train(model, torch.optim.AdamW(model.parameters(), lr=1e-4), None, [batch])
+
+
+def run_case(case: GoldenCase) -> list[float]:
+    """The golden losses of `case`."""
+    if case.preset == "benchmark_model":
+        return run_benchmark_model(case)
+    return run_preset(case)

@@ -1,0 +1,141 @@
+"""The README's result tables, generated from the CSVs of docs/results/ (never hand-copied).
+
+Each table sits in README.md between `<!-- results:<name> -->` and `<!-- /results:<name> -->`;
+`write_tables` replaces what is between the markers with the table made from its source files,
+preceded by a line saying where it comes from (file, commit, command) and, when a source file
+is marked stale in provenance.json, a stale mark with the commit and the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from linarena.analysis.provenance import RESULTS_DIR, load
+from linarena.attention.variants import label
+from linarena.files import write_text_atomic
+
+# Columns of the attention benchmark that are not conf/attention/ variants.
+REFERENCE_LABELS = {"einsum_elu": "einsum elu+1", "performer_pytorch": "performer-pytorch"}
+ERROR_LABELS = {"performer": "linarena", "performer_pytorch": "performer-pytorch",
+                "performer_pytorch_eps0": "performer-pytorch, eps=0",
+                "mean_of_v": "mean of v (uniform attention)"}
+
+
+def number(value: float) -> str:
+    """README style: one decimal below 100, whole numbers with thousands separators above."""
+    if pd.isna(value):
+        return "–"
+    return f"{value:.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def _name(variant: str) -> str:
+    return REFERENCE_LABELS.get(variant) or label(variant)
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def attention_table(folder: Path) -> str:
+    """Forward + backward ms per length (rows) and variant (columns), bidirectional run."""
+    table = pd.read_csv(folder / "benchmark_attention.csv")
+    ms = table.pivot(index="length", columns="variant", values="fwd_bwd_ms")
+    variants = list(dict.fromkeys(table["variant"]))
+    return markdown(["N", *map(_name, variants)],
+                    [[str(n), *(number(ms.loc[n, v]) for v in variants)] for n in ms.index])
+
+
+def performer_error_table(folder: Path) -> str:
+    """Mean |out - exact| of each estimator per input kind and q, k scale."""
+    table = pd.read_csv(folder / "benchmark_attention_performer_error.csv")
+    columns = [c for c in table.columns if c not in ("inputs", "length", "qk_scale")]
+    header = ["inputs", "q, k scale", *(ERROR_LABELS.get(c, c) for c in columns)]
+    rows = [[row["inputs"], f"{row['qk_scale']:g}", *(f"{row[c]:.4f}" for c in columns)]
+            for _, row in table.iterrows()]
+    return markdown(header, rows)
+
+
+def model_table(folder: Path) -> str:
+    """Tokens/s of a full training step per length and attention, and peak MB."""
+    table = pd.read_csv(folder / "benchmark_model.csv")
+    step = table[table["what"] == "model_step"]
+    attentions = list(dict.fromkeys(step["attention"]))
+    tokens = step.pivot(index="length", columns="attention", values="tokens_per_sec")
+    memory = step.pivot(index="length", columns="attention", values="peak_memory_mb")
+    header = ["N", *(f"{_name(a)} tok/s" for a in attentions),
+              f"peak MB ({' / '.join(map(_name, attentions))})"]
+    rows = [[str(n), *(number(tokens.loc[n, a]) for a in attentions),
+             " / ".join(number(memory.loc[n, a]) for a in attentions)] for n in tokens.index]
+    return markdown(header, rows)
+
+
+def training_table(folder: Path) -> str:
+    """The small-budget sweeps: test accuracy mean ± std over seeds, tokens/s, peak memory."""
+    table = pd.read_csv(folder / "results.csv")
+    rows = [[row["task"], _name(row["attention"]), str(int(row["n"])),
+             f"{row['test_acc_pct_mean']:.2f} ± {row['test_acc_pct_std']:.2f}",
+             number(row["tokens_per_sec_mean"]), number(row["peak_memory_mb_mean"])]
+            for _, row in table.iterrows()]
+    return markdown(["task", "attention", "seeds", "test acc (%)", "tokens/s",
+                     "peak memory (MB)"], rows)
+
+
+def mqar_study_table(folder: Path) -> str:
+    """The state-size study's table as mqar_study.py wrote it (caption and cells), made from
+    mqar_state_size.csv by that script."""
+    return (folder / "mqar_state_size.md").read_text().strip()
+
+
+# name -> (source files, table maker)
+TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
+    "attention": (("benchmark_attention.csv",), attention_table),
+    "performer_error": (("benchmark_attention_performer_error.csv",), performer_error_table),
+    "model": (("benchmark_model.csv",), model_table),
+    "training": (("results.csv",), training_table),
+    "mqar_state_size": (("mqar_state_size.csv", "mqar_state_size.md"), mqar_study_table),
+}
+
+
+def provenance_lines(sources: tuple[str, ...], records: dict) -> list[str]:
+    """Where the table comes from (a line per source), then a stale mark per reason."""
+    lines, stale_marks = [], []
+    for source in sources:
+        entry = records.get(source)
+        if entry is None:
+            lines.append(f"> **No provenance record** for docs/results/{source}.")
+            continue
+        commit = (entry.get("commit") or "unknown")[:10]
+        lines.append(f"<sub>docs/results/{source}: commit {commit}, `{entry['command']}`</sub>")
+        stale = entry.get("stale")
+        if stale:
+            stale_marks.append(f"> **Stale** (marked at {(stale.get('commit') or '?')[:10]}): "
+                               f"{stale['reason']}. Rerun with the command above, then "
+                               "`python scripts/results_tables.py`.")
+    return lines + list(dict.fromkeys(stale_marks))
+
+
+def render(name: str, folder: Path = RESULTS_DIR) -> str:
+    """The text between the markers of table `name`."""
+    sources, make = TABLES[name]
+    lines = provenance_lines(sources, load(folder))
+    return "\n".join(["", *lines, "", make(folder), ""])
+
+
+def write_tables(readme: Path, folder: Path = RESULTS_DIR) -> list[str]:
+    """Replace every marked table of `readme`; returns the names replaced."""
+    text = readme.read_text()
+    done = []
+    for name in TABLES:
+        pattern = re.compile(rf"(<!-- results:{name} -->)(.*?)(<!-- /results:{name} -->)",
+                             re.DOTALL)
+        if pattern.search(text):
+            body = render(name, folder)
+            text = pattern.sub(lambda match, body=body: match[1] + body + match[3], text)
+            done.append(name)
+    write_text_atomic(readme, text)
+    return done
