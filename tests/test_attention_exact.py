@@ -209,14 +209,14 @@ def test_taylor_expands_the_first_feature_dim_components_as_based_does():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_performer_is_exact_favor_at_large_query_norms(causal):
-    """At |q| about 24 (head_dim 16) most FAVOR+ normalisers lie far below 1e-10 (down to 1e-77
-    here): a fixed eps, in the stabilised frame (as before) or in the true one, moved outputs by
-    up to 2.5 from the exact (unstabilised, float64) estimator."""
+    """At |q|, |k| about 24 (head_dim 16) most FAVOR+ normalisers lie far below 1e-10 (down to
+    1e-77): a fixed eps, in the stabilised frame (as before) or in the true one, moved outputs
+    by up to 2.5 from the exact (unstabilised, float64) estimator."""
     q, k, v = inputs(batch=4, heads=2, length=64)
-    q = 6.0 * q
-    attn = PerformerAttention(HEAD_DIM, causal=causal, num_features=64, seed=0, chunk_size=16)
+    q, k = 6.0 * q, 6.0 * k
+    attn = PerformerAttention(HEAD_DIM, causal=causal, num_features=256, seed=0, chunk_size=16)
     expected = performer_reference(q, k, v, attn.projection, "softmax", None, causal)
-    assert_close_float64(attn(q, k, v), expected, 64 * 64)
+    assert_close_float64(attn(q, k, v), expected, 64 * 256)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -53,13 +53,14 @@ def test_state_arguments_are_for_causal_mode():
 
 
 def _state(attn, batch=2, heads=1, head_dim=8):
-    x = torch.randn(batch, heads, 3, head_dim)
-    return attn(x, x, x, return_state=True)[1]
+    """The state of `attn` after one token (made by step(), as a decoding loop makes it)."""
+    x = torch.randn(batch, heads, head_dim)
+    return attn.step(x, x, x)[1]
 
 
-STATE_FAULTS = [  # (layer that made the state, how it was made, message)
-    ("another batch size", lambda: _state(EluAttention(8, causal=True), batch=3),
-     r"batch 3 != 2"),
+STATE_FAULTS = [  # (case, how the state was made, message)
+    ("another batch size", lambda: _state(EluAttention(8, causal=True), batch=1),
+     r"batch 1 != 2"),
     ("another head count", lambda: _state(EluAttention(8, causal=True), heads=2),
      r"heads 2 != 1"),
     ("another feature map", lambda: _state(CosformerAttention(8, causal=True, max_length=64)),
@@ -92,7 +93,8 @@ def test_step_refuses_a_state_of_another_cosformer_m_or_performer_draw():
 
 def test_one_token_continues_from_a_forward_state_in_its_dtype_only():
     attn = EluAttention(8, causal=True)
-    state = _state(attn)  # float32
+    x = torch.randn(2, 1, 3, 8)
+    _, state = attn(x, x, x, return_state=True)  # float32
     x = torch.randn(2, 1, 8, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"state is torch\.float32"):
         attn.step(x, x, x, state)
