@@ -233,3 +233,16 @@ def test_eps_is_added_to_the_true_normaliser(causal):
     if causal:
         out, _ = attn.step(q1, k1, v1)
         assert_close_float64(out, expected[:, :, 0], 64)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_through_eps_on_the_true_normaliser(causal):
+    """With eps > 0 the output depends on the query's log-scale too (through eps): gradcheck
+    covers that path, which the default Performer (eps = 0) never takes."""
+    q, k, v = (x.requires_grad_(True) for x in inputs(batch=2, heads=1, length=11, scale=2.0))
+    mask = padding_mask([11, 7], 11)
+    attn = PerformerAttention(HEAD_DIM, causal=causal, num_features=16, seed=0, chunk_size=4,
+                              eps=1.0)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: attn(a, b, c, mask), (q, k, v), fast_mode=True, atol=1e-7, rtol=1e-5
+    )

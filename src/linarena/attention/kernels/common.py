@@ -39,6 +39,11 @@ def plain_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     return None if mask is None else mask[:, None, :].to(dtype)
 
 
+# Largest exponent eps_term uses: exp() of it stays finite with room for the sums around it.
+EPS_EXPONENT_CAP = {dtype: math.log(torch.finfo(dtype).max) - 8
+                    for dtype in (torch.float32, torch.float64)}
+
+
 def eps_term(
     eps: float, query_log_scale: Tensor | None, top: Tensor | None, like: Tensor
 ) -> Tensor | float:
@@ -55,8 +60,7 @@ def eps_term(
         return eps
     exponent = math.log(eps) - (0.0 if query_log_scale is None else query_log_scale)
     exponent = exponent - (0.0 if top is None else top)
-    cap = math.log(torch.finfo(like.dtype).max) - 8
-    return torch.exp(exponent.clamp(max=cap))
+    return torch.exp(exponent.clamp(max=EPS_EXPONENT_CAP[like.dtype]))
 
 
 def normalised(num: Tensor, den: Tensor, eps: Tensor | float) -> Tensor:
