@@ -25,13 +25,23 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from linarena.analysis.bench_args import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    check_device,
+    check_out,
+    flat_lengths,
+    lengths_arg,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpec
 from linarena.analysis.bench_runner import run_benchmark, write_csv_atomic
 from linarena.analysis.plots import plot_benchmark
 from linarena.analysis.provenance import command_line, record
 from linarena.attention.variants import check_variant_names, variant_names
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 TINY_LENGTHS = (16, 32, 64)
 DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
@@ -42,39 +52,34 @@ def _csv_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _lengths(text: str) -> list[int]:
-    try:
-        lengths = sorted({int(item) for item in _csv_list(text)})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not lengths or lengths[0] < 1:
-        raise argparse.ArgumentTypeError(f"lengths must be positive integers, got {text!r}")
-    return lengths
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--attentions", type=_csv_list, default=None,
                         help="comma-separated names of conf/attention/*.yaml (default: all)")
-    parser.add_argument("--lengths", type=_lengths, default=None,
-                        help="comma-separated sequence lengths (default 1024,...,16384; "
+    parser.add_argument("--lengths", type=lengths_arg, nargs="+", default=None,
+                        help="sequence lengths, 1024 4096 or 1024,4096 (default 1024,...,16384; "
                              "16,32,64 with --tiny)")
     parser.add_argument("--what", type=_csv_list, default=",".join(WHATS),
                         help=f"comma-separated subset of {','.join(WHATS)}")
-    parser.add_argument("--batch", type=int, default=None, help="default 1 on CPU, 32 on CUDA")
+    parser.add_argument("--batch", type=positive_int, default=None,
+                        help="default 1 on CPU, 32 on CUDA")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPE_ALIASES), default=None,
                         help="bf16 = bf16 autocast (default on CUDA); fp32 (default on CPU)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads(),
                         help="torch CPU threads per case (default: torch's, one per core); "
                              "on a CPU shared with other jobs 1 gives steadier times")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed calls per case")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per case (median)")
-    parser.add_argument("--max-seconds", type=float, default=None,
+    parser.add_argument("--warmup", type=non_negative_int, default=1,
+                        help="untimed calls per case")
+    parser.add_argument("--repeats", type=positive_int, default=3,
+                        help="timed calls per case (median)")
+    parser.add_argument("--max-seconds", type=positive_float, default=None,
                         help="skip a case whose predicted time (previous length's time x growth "
                              "x calls) exceeds this; on CPU also kills a case after twice it "
                              f"plus start-up (default {CPU_DEFAULT_MAX_SECONDS:g} on CPU, none on CUDA)")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmark_model")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "benchmark_model",
+                        help="folder for benchmark_model.csv and .png (default: results/ in the "
+                             "repository)")
     parser.add_argument("--tiny", action="store_true", help="tiny model and lengths (tests)")
     parser.add_argument("--conf-dir", type=Path, default=REPO_ROOT / "conf",
                         help="Hydra config folder holding attention/<name>.yaml")
@@ -83,8 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(WANDB_MODE=offline works without an account)")
     parser.add_argument("--wandb-project", default="linarena")
     args = parser.parse_args(argv)
-    if args.lengths is None:
-        args.lengths = list(TINY_LENGTHS if args.tiny else DEFAULT_LENGTHS)
+    args.lengths = (flat_lengths(args.lengths) if args.lengths is not None
+                    else list(TINY_LENGTHS if args.tiny else DEFAULT_LENGTHS))
     try:
         args.attentions = check_variant_names(args.attentions or variant_names(args.conf_dir),
                                               args.conf_dir)
@@ -93,15 +98,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.what) - set(WHATS))
     if unknown:
         parser.error(f"--what: unknown {unknown}; valid: {','.join(WHATS)}")
-    on_cuda = torch.device(args.device).type == "cuda"
-    if on_cuda and not torch.cuda.is_available():
-        parser.error("--device cuda: no CUDA device is visible (torch.cuda.is_available() is False)")
+    on_cuda = check_device(parser, args.device).type == "cuda"
+    args.out = check_out(parser, args.out)
+    if args.out.is_file():
+        parser.error(f"--out {args.out}: is a file; --out is the folder the CSV and plot go to")
     args.batch = args.batch or (32 if on_cuda else 1)
     args.dtype = DTYPE_ALIASES[args.dtype or ("bf16" if on_cuda else "fp32")]
     if args.max_seconds is None and not on_cuda:
         args.max_seconds = CPU_DEFAULT_MAX_SECONDS
-    if args.repeats < 1 or args.warmup < 0 or args.threads < 1:
-        parser.error("--repeats and --threads must be >= 1, --warmup >= 0")
     return args
 
 

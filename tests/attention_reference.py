@@ -40,8 +40,9 @@ def elu_reference(q, k, v, mask=None, causal=False, eps=1e-6) -> Tensor:
     return _kernel_attention(weights, v, allowed_pairs(mask, q.shape[0], q.shape[2], causal), eps)
 
 
-def performer_reference(q, k, v, projection, kernel="softmax", mask=None, causal=False) -> Tensor:
-    """FAVOR+ with the given projection rows, unstabilised, no eps."""
+def performer_reference(q, k, v, projection, kernel="softmax", mask=None, causal=False,
+                        eps=0.0) -> Tensor:
+    """FAVOR+ with the given projection rows, unstabilised, eps added to its normaliser."""
     q, k, v, w = q.double(), k.double(), v.double(), projection.double()
     scale = q.shape[-1] ** -0.25
 
@@ -52,7 +53,7 @@ def performer_reference(q, k, v, projection, kernel="softmax", mask=None, causal
         return torch.exp(x @ w.t() - (x * x).sum(-1, keepdim=True) / 2) / math.sqrt(w.shape[0])
 
     weights = phi(q) @ phi(k).transpose(-1, -2)
-    return _kernel_attention(weights, v, allowed_pairs(mask, q.shape[0], q.shape[2], causal), 0.0)
+    return _kernel_attention(weights, v, allowed_pairs(mask, q.shape[0], q.shape[2], causal), eps)
 
 
 def cosformer_reference(q, k, v, mask=None, causal=False, max_length=None, eps=1e-6) -> Tensor:

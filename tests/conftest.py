@@ -111,8 +111,8 @@ def padding_mask(lengths: list[int], length: int) -> Tensor:
 def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
     """Plain quadratic attention in float64: softmax for an exact module; for a
     LinearAttention, weights phi(q_i) . phi(k_j) with phi from its map's own features (true
-    features: phi * exp(log_scale), no stabiliser), normalised with the module's eps, then its
-    output_norm."""
+    features: phi * exp(log_scale) for queries and keys, no stabiliser), normalised with the
+    module's eps, then its output_norm."""
     q, k, v = q.double(), k.double(), v.double()
     if isinstance(attn, TokenFromQ):
         return attn.reference(q, k, v, mask)
@@ -125,8 +125,10 @@ def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
         return torch.softmax(scores, dim=-1) @ v
     feature_map, positions = attn.feature_map, torch.arange(length)
     context = feature_map.context(mask, batch, length, q.device)
-    phi_q, _ = feature_map.features(q, positions, context, True)
+    phi_q, query_log_scale = feature_map.features(q, positions, context, True)
     phi_k, log_scale = feature_map.features(k, positions, context, False)
+    if query_log_scale is not None:
+        phi_q = phi_q * torch.exp(query_log_scale)[..., None]
     if log_scale is not None:
         phi_k = phi_k * torch.exp(log_scale)[..., None]
     weights = (phi_q @ phi_k.transpose(-1, -2)) * allowed

@@ -74,7 +74,7 @@ def test_compiled_training_redraws_on_schedule_without_recompiling():
     with torch._dynamo.config.patch(error_on_recompile=True):
         outs = [compiled(q, k, v) for _ in range(4)]
     refs = [eager(q, k, v) for _ in range(6)][2:]
-    assert attn.draws == eager.draws == 3 and attn.training_steps == 6
+    assert attn.draws == eager.draws == 3 and attn.training_calls == 6
     assert torch.equal(attn.projection, eager.projection)
     for out, ref in zip(outs, refs, strict=True):
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)

@@ -161,34 +161,14 @@ def test_gradcheck_float64(name, causal):
     )
 
 
-@pytest.mark.parametrize("name", FEATURE_MAP_VARIANTS)
-def test_bidirectional_chunking_matches_single_chunk(name, monkeypatch):
-    """The chunked bidirectional kernel (and its backward) agrees with one chunk."""
-    import linarena.attention.linear as linear
-
-    q, k, v = (x.requires_grad_(True) for x in inputs(length=50))
-    mask = padding_mask([50, 31], 50)
-    attn = build(name, causal=False)
-    results = []
-    for chunk in (7, 1024):
-        monkeypatch.setattr(linear, "BIDIRECTIONAL_CHUNK", chunk)
-        out = attn(q, k, v, mask)
-        grads = torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v))
-        results.append((out, *grads))
-    for a, b in zip(*results, strict=True):
-        assert_close_float64(a, b, _terms(attn, 50))
-
-
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", ANALYTIC)
-def test_analytic_feature_backward_matches_autograd(name, monkeypatch):
-    """A map's hand-written backward (elu+1, FAVOR+ with its key log-scale, cosFormer's cos/sin
-    pairs) gives the gradients of autograd through the map: padded, over several chunks."""
-    import linarena.attention.linear as linear
-
-    monkeypatch.setattr(linear, "BIDIRECTIONAL_CHUNK", 7)
+def test_analytic_feature_backward_matches_autograd(name, causal, monkeypatch):
+    """A map's hand-written backward (elu+1, FAVOR+ with its log-scales, cosFormer's cos/sin
+    pairs) gives the gradients of autograd through the map: padded, both modes."""
     q, k, v = (x.requires_grad_(True) for x in inputs(length=50, scale=2.0))
     mask = padding_mask([50, 31], 50)
-    attn = build(name, causal=False)
+    attn = build(name, causal=causal)
     results = []
     for _ in range(2):
         out = attn(q, k, v, mask)
@@ -200,9 +180,6 @@ def test_analytic_feature_backward_matches_autograd(name, monkeypatch):
 
 def test_performer_relu_analytic_backward_matches_autograd(monkeypatch):
     """The relu Performer (a constructor option, not a config file) has its own backward."""
-    import linarena.attention.linear as linear
-
-    monkeypatch.setattr(linear, "BIDIRECTIONAL_CHUNK", 7)
     q, k, v = (x.requires_grad_(True) for x in inputs(length=50, scale=2.0))
     attn = BUILTINS["performer_relu"][0](False)
     results = []
@@ -212,3 +189,61 @@ def test_performer_relu_analytic_backward_matches_autograd(monkeypatch):
         monkeypatch.setattr(attn.feature_map, "vjp", lambda context: None)
     for analytic, autograd in zip(*results, strict=True):
         assert_close_float64(analytic, autograd, _terms(attn, 50))
+
+
+def test_taylor_expands_the_first_feature_dim_components_as_based_does():
+    """Based projects q and k straight to feature_dim (16) and keeps v head_dim wide: the map
+    has no projection of its own and reads the first 16 components of each head's q and k."""
+    attn = build("taylor", causal=False, head_dim=32)
+    assert attn.feature_map.num_features(32) == 1 + 16 + 16 * 16
+    assert not list(attn.feature_map.parameters())
+    q, k, v = inputs(head_dim=32)
+    changed = [x.clone() for x in (q, k)]
+    for x in changed:
+        x[..., 16:] = torch.randn_like(x[..., 16:])
+    torch.testing.assert_close(attn(*changed, v), attn(q, k, v), rtol=0, atol=0)
+    t = (q[..., :16] @ k[..., :16].transpose(-1, -2)) / 4.0  # q . k / sqrt(16)
+    weights = 1 + t + t**2 / 2
+    expected = weights @ v / (weights.sum(-1, keepdim=True) + attn.eps)
+    assert_close_float64(attn(q, k, v), expected, 37 * 273)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_performer_is_exact_favor_at_large_query_norms(causal):
+    """At |q|, |k| about 24 (head_dim 16) most FAVOR+ normalisers lie far below 1e-10 (down to
+    1e-77): a fixed eps, in the stabilised frame (as before) or in the true one, moved outputs
+    by up to 2.5 from the exact (unstabilised, float64) estimator."""
+    q, k, v = inputs(batch=4, heads=2, length=64)
+    q, k = 6.0 * q, 6.0 * k
+    attn = PerformerAttention(HEAD_DIM, causal=causal, num_features=256, seed=0, chunk_size=16)
+    expected = performer_reference(q, k, v, attn.projection, "softmax", None, causal)
+    assert_close_float64(attn(q, k, v), expected, 64 * 256)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_eps_is_added_to_the_true_normaliser(causal):
+    """Whatever the stabilisers (Performer's query and key log-scales), eps means the same: it
+    is added to the true FAVOR+ normaliser, here of the order of 1e-2 .. 1e2."""
+    q, k, v = inputs(batch=2, heads=2, length=40, scale=2.0)
+    eps = 1e-1
+    attn = PerformerAttention(HEAD_DIM, causal=causal, num_features=64, seed=0, chunk_size=16,
+                              eps=eps)
+    expected = performer_reference(q, k, v, attn.projection, "softmax", None, causal, eps=eps)
+    assert_close_float64(attn(q, k, v), expected, 40 * 64)
+    q1, k1, v1 = (x[:, :, 0] for x in (q, k, v))
+    if causal:
+        out, _ = attn.step(q1, k1, v1)
+        assert_close_float64(out, expected[:, :, 0], 64)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_through_eps_on_the_true_normaliser(causal):
+    """With eps > 0 the output depends on the query's log-scale too (through eps): gradcheck
+    covers that path, which the default Performer (eps = 0) never takes."""
+    q, k, v = (x.requires_grad_(True) for x in inputs(batch=2, heads=1, length=11, scale=2.0))
+    mask = padding_mask([11, 7], 11)
+    attn = PerformerAttention(HEAD_DIM, causal=causal, num_features=16, seed=0, chunk_size=4,
+                              eps=1.0)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: attn(a, b, c, mask), (q, k, v), fast_mode=True, atol=1e-7, rtol=1e-5
+    )

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 from attention_reference import softmax_reference
-from conftest import FEATURE_MAP_VARIANTS, VARIANTS, build
+from conftest import FEATURE_MAP_VARIANTS, VARIANTS, build, inputs, padding_mask
 
 from linarena.attention import (
     CosformerAttention,
@@ -105,7 +105,7 @@ def test_redraw_on_schedule_in_training_only():
 
     restored = PerformerAttention(8, num_features=16, redraw_interval=3, seed=99)
     restored.load_state_dict(attn.state_dict())
-    assert restored.seed == 1 and restored.draws == 1 and restored.training_steps == 3
+    assert restored.seed == 1 and restored.draws == 1 and restored.training_calls == 3
     assert torch.equal(restored.projection, attn.projection)
 
 
@@ -204,4 +204,34 @@ def test_performer_checkpoints_from_before_the_feature_map_submodule_still_load(
     restored = PerformerAttention(8, num_features=16, redraw_interval=3, seed=99)
     restored.load_state_dict(old_format)
     assert torch.equal(restored.projection, attn.projection)
-    assert (restored.seed, restored.draws, restored.training_steps) == (1, 1, 3)
+    assert (restored.seed, restored.draws, restored.training_calls) == (1, 1, 3)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_integer_inputs_are_refused(name):
+    """Integer q, k, v used to come back as truncated integer outputs."""
+    attn = build(name, causal=False, head_dim=8)
+    x = torch.randint(0, 5, (1, 1, 4, 8))
+    with pytest.raises(ValueError, match=r"q must be a floating-point tensor, got dtype torch\.int64"):
+        attn(x, x, x)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_zero_head_dim_is_refused(name):
+    with pytest.raises(ValueError, match="head_dim must be a positive integer, got 0"):
+        build(name, causal=False, head_dim=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_nan_and_inf_in_padded_positions_never_reach_real_tokens(name, causal):
+    q, k, v = inputs(batch=2, length=12)
+    mask = padding_mask([12, 7], 12)
+    attn = build(name, causal, max_length=64)
+    clean = attn(q, k, v, mask)
+    poisoned = [x.clone() for x in (q, k, v)]
+    poisoned[1][1, :, 7:] = float("nan")
+    poisoned[2][1, :, 7:] = float("inf")
+    out = attn(*poisoned, mask)
+    assert torch.equal(out[1, :, :7], clean[1, :, :7])
+    assert torch.equal(out[0], clean[0])

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from conftest import VARIANTS
+from test_benchmark_model import REPO_ROOT, load_benchmark_model
 
-from linarena.analysis.attention_benchmark import main
+from linarena.analysis.attention_benchmark import main, parse_args, speed_ratio
 
 TINY = ["--heads", "2", "--head-dim", "8", "--warmup", "0", "--repeats", "1", "--device", "cpu"]
 
@@ -56,3 +58,51 @@ def test_unknown_variants_are_an_error(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         main(["--variants", "elu", "flash", "--out", str(tmp_path / "x.csv")])
     assert "unknown attention variant(s) ['flash']" in capsys.readouterr().err
+
+
+BAD_ARGS = [
+    (["--lengths", "-5"], "argument --lengths: must be a positive integer, got -5"),
+    (["--lengths", "256,x"], "argument --lengths: expected a positive integer, got 'x'"),
+    (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+    (["--head-dim", "0"], "argument --head-dim: must be a positive integer, got 0"),
+    (["--max-seconds", "-1"], "argument --max-seconds: must be a positive number"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_ARGS, ids=[" ".join(a) for a, _ in BAD_ARGS])
+def test_bad_arguments_are_one_line_errors(args, message, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main([*args, "--out", str(tmp_path / "x.csv")])
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_out_under_a_file_is_an_error(tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit):
+        main(["--lengths", "16", *TINY, "--out", str(tmp_path / "file" / "x.csv")])
+    assert "file is a file, not a folder; choose another --out" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the message without CUDA")
+def test_cuda_without_cuda_is_an_error(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--device", "cuda", "--out", str(tmp_path / "x.csv")])
+    assert "--device cuda: no CUDA device is visible" in capsys.readouterr().err
+
+
+def test_lengths_and_out_are_read_as_benchmark_model_reads_them(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    model_args = load_benchmark_model().parse_args
+    for lengths in (["512", "256"], ["256,512"], ["256,", "512"]):
+        assert parse_args(["--lengths", *lengths]).lengths == [256, 512]
+        assert model_args(["--lengths", *lengths]).lengths == [256, 512]
+    assert parse_args(["--out", "a/b.csv"]).out == tmp_path / "a" / "b.csv"
+    assert model_args(["--out", "a"]).out == tmp_path / "a"
+    assert parse_args([]).out.parent == model_args([]).out.parent == REPO_ROOT / "results"
+
+
+def test_a_slower_variant_is_called_slower() -> None:
+    assert speed_ratio(reference_ms=79.0, ours_ms=100.0) == "1.27x slower"
+    assert speed_ratio(reference_ms=200.0, ours_ms=100.0) == "2.00x faster"

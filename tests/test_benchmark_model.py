@@ -146,3 +146,18 @@ def test_time_fn_returns_the_median_call_time() -> None:
 
     seconds = time_fn(sleep_next, warmup=1, repeats=3, device="cpu")
     assert 0.05 <= seconds < 0.2
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("")
+    parse_args = load_benchmark_model().parse_args
+    for args, message in [
+        (["--lengths", "-5"], "argument --lengths: must be a positive integer, got -5"),
+        (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+        (["--out", str(tmp_path / "file" / "x")], "is a file, not a folder"),
+        (["--out", str(tmp_path / "file")], "is a file; --out is the folder"),
+    ]:
+        with pytest.raises(SystemExit):
+            parse_args(args)
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err

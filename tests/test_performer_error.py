@@ -45,4 +45,4 @@ def test_errors_leave_the_module_as_it_was():
     assert [row["inputs"] for row in rows] == ["random", "clustered"]
     assert all(row["performer"] > 0 for row in rows)
     assert torch.equal(performer.projection, before)
-    assert performer.training and performer.training_steps == 0
+    assert performer.training and performer.training_calls == 0

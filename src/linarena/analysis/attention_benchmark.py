@@ -10,7 +10,7 @@ measured side by side: einsum_elu (a straightforward einsum implementation of el
 and performer_pytorch (FastAttention from `performer-pytorch`, if installed: `pip install -e
 ".[bench]"`). The variants of one length are timed round-robin (median of --repeats calls
 each), so a machine whose speed drifts cannot favour one of them. Prints a table and writes a
-CSV (default results/benchmark_attention.csv; on CUDA, peak_memory_mb is what one
+CSV (--out, default results/benchmark_attention.csv in the repository; on CUDA, peak_memory_mb is what one
 forward+backward allocates beyond its inputs). Bidirectional runs with `performer` also measure
 its approximation error against exact softmax attention, on random and on clustered inputs at
 several q, k scales, against performer-pytorch with the same projections
@@ -27,6 +27,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from linarena.analysis.bench_args import (
+    RESULTS_DIR,
+    check_device,
+    check_out,
+    flat_lengths,
+    lengths_arg,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from linarena.analysis.bench_runner import run_round_robin, write_csv_atomic
 from linarena.analysis.performer_error import approximation_errors, error_table
 from linarena.analysis.provenance import REPO_ROOT, command_line, record
@@ -119,7 +129,7 @@ def summarise(rows: list[dict], args) -> list[str]:
         for ours, reference in (("elu", "einsum_elu"), ("performer", "performer_pytorch")):
             if (ours, length) in ms and (reference, length) in ms:
                 lines.append(f"{ours} vs {reference}, fwd+bwd, N={length}: "
-                             f"{ms[reference, length] / ms[ours, length]:.2f}x faster")
+                             f"{speed_ratio(ms[reference, length], ms[ours, length])}")
     for name in args.variants:
         measured = [n for n in args.lengths if (name, n) in ms and (BASELINE, n) in ms]
         if name == BASELINE or not measured:
@@ -135,35 +145,47 @@ def summarise(rows: list[dict], args) -> list[str]:
     return lines
 
 
+def speed_ratio(reference_ms: float, ours_ms: float) -> str:
+    """How much faster or slower ours is than the reference, as a factor >= 1."""
+    if ours_ms <= reference_ms:
+        return f"{reference_ms / ours_ms:.2f}x faster"
+    return f"{ours_ms / reference_ms:.2f}x slower"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+",
-                        default=[256, 512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--lengths", type=lengths_arg, nargs="+",
+                        default=[[256, 512, 1024, 2048, 4096, 8192, 16384]],
+                        help="sequence lengths: 256 512 or 256,512")
     parser.add_argument("--variants", nargs="+", default=variant_names(),
                         help="names of conf/attention/*.yaml (default: all)")
     parser.add_argument("--no-references", dest="references", action="store_false",
                         help="do not time einsum_elu and performer_pytorch")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--batch", type=positive_int, default=1)
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--head-dim", type=positive_int, default=64)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                         help="fp32, or bf16/fp16 autocast (GPU)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (at least 1)")
-    parser.add_argument("--repeats", type=int, default=7,
+    parser.add_argument("--warmup", type=non_negative_int, default=2,
+                        help="untimed calls first (at least 1 is made)")
+    parser.add_argument("--repeats", type=positive_int, default=7,
                         help="timed calls per variant, round-robin over the variants")
-    parser.add_argument("--max-seconds", type=float, default=30.0,
+    parser.add_argument("--max-seconds", type=positive_float, default=30.0,
                         help="skip a case whose predicted fwd+bwd time exceeds this")
     parser.add_argument("--error-scales", type=float, nargs="*", default=[0.25, 0.5, 1.0],
                         help="q, k scales of the Performer approximation-error table (none: skip)")
-    parser.add_argument("--out", type=Path, default=Path("results/benchmark_attention.csv"))
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "benchmark_attention.csv",
+                        help="CSV to write (default: results/ in the repository)")
     args = parser.parse_args(argv)
+    args.lengths = flat_lengths(args.lengths)
     try:
         args.variants = check_variant_names(args.variants)
     except ValueError as error:
         parser.error(f"--variants: {error}")
-    args.device = torch.device(args.device)
+    args.device = check_device(parser, args.device)
+    args.out = check_out(parser, args.out)
     return args
 
 

@@ -10,10 +10,11 @@ A map turns q or k of shape (batch, heads, n, head_dim) into features phi of sha
         def forward(self, x: Tensor) -> Tensor:
             return torch.relu(x) ** 2
 
-LinearAttention and its kernels (attention/kernels/) supply the rest: padding, causal masking,
-chunking, the recurrent step, float32 state under autocast, torch.compile, and gradients by
-autograd through a recomputation of the map. Maps that need more override the optional methods
-below; every one has a default that a plain map never needs to touch.
+LinearAttention computes the features of a call once (attention/features.py) and hands them to
+a kernel (attention/kernels/), which supplies the rest: padding, causal masking, chunking, the
+recurrent step, float32 state under autocast, torch.compile, and gradients. Maps that need more
+override the optional methods below; every one has a default that a plain map never needs to
+touch.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from torch import Tensor, nn
 # (phi, log_scale): phi (batch, heads, n, num_features); log_scale None or (batch, heads, n),
 # meaning the true feature vector is phi * exp(log_scale) (see FeatureMap.features).
 FeatureOutput = tuple[Tensor, Tensor | None]
-# Analytic backward (x, positions, phi, grad_phi, grad_log_scale, out) -> None: writes
-# d loss / d x into `out` and may overwrite phi and grad_phi; grad_log_scale is None for queries
-# and for maps without a log-scale.
-FeatureVjp = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor | None, Tensor], None]
+# Analytic backward (x, positions, phi, grad_phi, grad_log_scale) -> d loss / d x: may overwrite
+# grad_phi but never phi (the kernel's backward reads it too); grad_log_scale is None for a map
+# without a log-scale.
+FeatureVjp = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor | None], Tensor]
 
 
 class FeatureMap(nn.Module):
@@ -55,25 +56,20 @@ class FeatureMap(nn.Module):
         mask: bool (batch, length) or None; `length` is the number of positions seen so far."""
         return None
 
-    def features(
-        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
-        out: Tensor | None = None,
-    ) -> FeatureOutput:
+    def features(self, x: Tensor, positions: Tensor, context: Any, is_query: bool) -> FeatureOutput:
         """phi of x (batch, heads, n, head_dim) at absolute `positions` (n,).
 
-        Returns (phi, log_scale). A map may return a per-token log_scale (batch, heads, n) for
-        keys: the true features are then phi * exp(log_scale), and the kernels apply an exact,
-        causal-safe stabiliser (a running maximum) instead of exponentiating large numbers.
-        `out` (batch, heads, n, num_features), when given, is a buffer the map may write phi
-        into and return (only when the map has an analytic `vjp`: there is no autograd graph
-        then). The default calls forward(x) and ignores positions, context and out.
+        Returns (phi, log_scale). A map may return a per-token log_scale (batch, heads, n): the
+        true features are then phi * exp(log_scale). For keys the kernels apply it through an
+        exact, causal-safe stabiliser (a running maximum) instead of exponentiating large
+        numbers; for queries it cancels between numerator and denominator and only places eps
+        on the true denominator. The default calls forward(x) and ignores positions and context.
         """
         return self(x), None
 
     def vjp(self, context: Any) -> FeatureVjp | None:
         """The analytic backward of `features` for this call (see FeatureVjp), or None to
-        differentiate a recomputation with autograd. A speed-up only; torch.compile traces the
-        bidirectional kernel in one graph only with one."""
+        differentiate through the map with autograd. A speed-up only."""
         return None
 
     def check_length(self, length: int) -> None:
@@ -81,3 +77,8 @@ class FeatureMap(nn.Module):
 
     def on_training_call(self) -> None:
         """Called once per LinearAttention.forward in training mode (Performer's redraws)."""
+
+    def state_key(self) -> str:
+        """What a recurrent state made by this map depends on beyond its shape (the map's type
+        and settings: cosFormer's M, Performer's seed), so step() can refuse another map's."""
+        return f"{type(self).__name__}({self.extra_repr()})"

@@ -1,5 +1,6 @@
 """LinearAttention: one module for every kernelised variant, composed of a FeatureMap (the
-variant) and a kernel backend (the algorithm, attention/kernels/)."""
+variant) and a kernel backend (the algorithm, attention/kernels/). The module computes the
+features of a call once (attention/features.py) and hands them to the kernel."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import torch
 from torch import Tensor, nn
 
 from linarena.attention.feature_map import FeatureMap
+from linarena.attention.features import compute_features
 from linarena.attention.kernels import LinearAttentionState, get_backend
 from linarena.attention.recurrent.output_norm import OutputNorm
-from linarena.attention.validation import check_attention_inputs
-
-# Rows per chunk in bidirectional mode: large enough for efficient matmuls, small enough that
-# each elementwise pass stays in cache and buffers come from the allocator's free lists.
-BIDIRECTIONAL_CHUNK = 1024
+from linarena.attention.validation import (
+    check_attention_inputs,
+    check_head_dim,
+    check_state,
+    zero_padding,
+)
 
 
 class LinearAttention(nn.Module):
@@ -30,7 +33,8 @@ class LinearAttention(nn.Module):
         feature_map: phi. The module keeps its own deep copy and calls its setup(head_dim,
             causal), so layers built from one map object (as Hydra builds a nested config
             inside a `_partial_`) never share a projection or parameters.
-        eps: added to the normaliser, which can be 0 for maps with zeros (relu).
+        eps: added to the true normaliser (whatever stabilisers the map uses); can be 0 only
+            for maps whose features never all vanish.
         chunk_size: tokens per chunk of the causal algorithm (exact attention inside a chunk,
             a carried state across chunks).
         backend: the kernels (see linarena.attention.kernels.BACKENDS); "torch" is the
@@ -60,42 +64,63 @@ class LinearAttention(nn.Module):
                 "LinearAttention needs feature_map=<a linarena.attention.FeatureMap>, got "
                 f"{type(feature_map).__name__}."
             )
+        check_head_dim(head_dim, type(self).__name__)
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+        if eps < 0:
+            raise ValueError(f"eps must be >= 0, got {eps}.")
         self.kernels = get_backend(backend)
         self.head_dim = head_dim
         self.causal = causal
         self.eps = eps
         self.chunk_size = chunk_size
-        self.backend = backend
         self.feature_map = copy.deepcopy(feature_map)
         self.feature_map.setup(head_dim, causal)
         self.output_norm = OutputNorm(output_norm, head_dim)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+        initial_state: LinearAttentionState | None = None, return_state: bool = False,
+    ) -> Tensor | tuple[Tensor, LinearAttentionState]:
         """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
 
-        Returns (batch, heads, length, head_dim).
+        Causal mode only: `initial_state` continues a sequence from the state of its earlier
+        tokens (from forward(..., return_state=True) or step()), at the positions after them;
+        `return_state=True` also returns the state after these tokens (padded ones excluded),
+        which step() or the next segment's forward continue from.
+
+        Returns (batch, heads, length, head_dim), or (that, state) with return_state.
         """
-        check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        name = type(self).__name__
+        check_attention_inputs(q, k, v, mask, self.head_dim, name)
+        if (initial_state is not None or return_state) and not self.causal:
+            raise ValueError(f"{name}: initial_state and return_state are for causal mode; "
+                             "build the module with causal=True.")
         if self.training:
             self.feature_map.on_training_call()
         batch, _, length, _ = q.shape
-        self.feature_map.check_length(length)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        if initial_state is not None:
+            self._check_state(initial_state, q, v, dtype)
+        start = 0 if initial_state is None else initial_state.position
+        self.feature_map.check_length(start + length)
+        out_dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
-            context = self.feature_map.context(mask, batch, length, q.device)
-            out_dtype = v.dtype
+            context = self.feature_map.context(mask, batch, start + length, q.device)
             q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+            k, v = zero_padding(k, mask), zero_padding(v, mask)
+            positions = torch.arange(start, start + length, device=q.device)
+            (phi_q, lq), (phi_k, lk) = self._features(q, k, positions, context)
             if self.causal:
-                out = self.kernels.causal(
-                    q, k, v, mask, self.feature_map, context, self.eps, self.chunk_size
+                state = self._zero_state(phi_q, v) if initial_state is None else initial_state
+                out, state = self.kernels.causal(
+                    phi_q, phi_k, v, lq, lk, mask, self.eps, self.chunk_size, state
                 )
             else:
-                out = self.kernels.bidirectional(
-                    q, k, v, mask, self.feature_map, context, self.eps, BIDIRECTIONAL_CHUNK
-                )
+                out = self.kernels.bidirectional(phi_q, phi_k, v, lq, lk, mask, self.eps)
             out = self.output_norm(out)
+        if return_state:
+            return out.to(out_dtype), state
         return out.to(out_dtype)
 
     def step(
@@ -104,31 +129,56 @@ class LinearAttention(nn.Module):
         """Recurrent form of causal mode: one token at a time, same outputs as forward().
 
         q, k: (batch, heads, head_dim); v: (batch, heads, head_dim); state: None for the first
-        token, then the state returned by the previous call. Returns (output (batch, heads,
-        head_dim), new state).
+        token, then the state returned by the previous call (or by forward(...,
+        return_state=True)). Returns (output (batch, heads, head_dim), new state).
         """
+        name = type(self).__name__
         if not self.causal:
             raise RuntimeError(
-                f"{type(self).__name__}.step() is the recurrent form of causal attention; "
-                "build the module with causal=True."
+                f"{name}.step() is the recurrent form of causal attention; build the module "
+                "with causal=True."
             )
-        if q.dim() != 3 or k.shape != q.shape or v.shape[:2] != q.shape[:2]:
+        if q.dim() != 3 or k.shape != q.shape or v.dim() != 3 or v.shape[:2] != q.shape[:2]:
             raise ValueError(
                 "step() takes one token: q, k, v of shape (batch, heads, head_dim), got "
                 f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}."
             )
-        if q.shape[-1] != self.head_dim:
-            raise ValueError(f"step(): q has last dim {q.shape[-1]}, expected {self.head_dim}.")
+        check_attention_inputs(q[:, :, None], k[:, :, None], v[:, :, None], None,
+                               self.head_dim, f"{name}.step()")
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        if state is not None:
+            self._check_state(state, q, v, dtype)
         position = 0 if state is None else state.position
         self.feature_map.check_length(position + 1)
-        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        out_dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
             context = self.feature_map.context(None, q.shape[0], position + 1, q.device)
-            out, state = self.kernels.step(
-                q.to(dtype), k.to(dtype), v.to(dtype), state, self.feature_map, context, self.eps
-            )
+            q, k, v = (x.to(dtype)[:, :, None] for x in (q, k, v))
+            positions = torch.arange(position, position + 1, device=q.device)
+            (phi_q, lq), (phi_k, lk) = self._features(q, k, positions, context)
+            if state is None:
+                state = self._zero_state(phi_q, v)
+            out, state = self.kernels.step(phi_q, phi_k, v, lq, lk, state, self.eps)
             out = self.output_norm(out)
-        return out.to(v.dtype), state
+        return out[:, :, 0].to(out_dtype), state
+
+    def _features(self, q: Tensor, k: Tensor, positions: Tensor, context) -> tuple:
+        """((phi_q, query log-scale), (phi_k, key log-scale)), each computed once."""
+        vjp = self.feature_map.vjp(context)
+        return (compute_features(self.feature_map, q, positions, context, True, vjp),
+                compute_features(self.feature_map, k, positions, context, False, vjp))
+
+    def _state_key(self) -> str:
+        return f"{self.feature_map.state_key()} at head_dim={self.head_dim}"
+
+    def _zero_state(self, phi: Tensor, v: Tensor) -> LinearAttentionState:
+        return LinearAttentionState.zeros(phi, phi.shape[-1], v.shape[-1], self._state_key())
+
+    def _check_state(self, state: LinearAttentionState, q: Tensor, v: Tensor,
+                     dtype: torch.dtype) -> None:
+        expected = (q.shape[0], q.shape[1], self.feature_map.num_features(self.head_dim),
+                    v.shape[-1])
+        check_state(state, self._state_key(), expected, dtype, type(self).__name__)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, causal={self.causal}"

@@ -19,8 +19,11 @@ class PerformerAttention(LinearAttention):
             batch); None or 0 never redraws.
         seed: seed of the draws; None takes one from torch's global generator (so
             `seed_everything` makes it reproducible and each layer gets its own).
-        eps: guards 0/0 only: the features are positive, and with the stabilisers the
-            normaliser is on an arbitrary scale, so a larger eps would bias the output.
+        eps: added to the true FAVOR+ normaliser (the stabilisers rescale it, and eps with
+            it). 0 by default: FAVOR+ features are positive, a row whose normaliser underflows
+            to 0 gets output 0 (see kernels/common.py), and any fixed eps biases the estimator
+            at large |q|, where its normalisers fall far below any fixed eps (1e-77 at
+            |q| = 24, d = 16).
         head_dim, causal, chunk_size: see LinearAttention.
     """
 
@@ -32,7 +35,7 @@ class PerformerAttention(LinearAttention):
         kernel: str = "softmax",
         redraw_interval: int | None = None,
         seed: int | None = None,
-        eps: float = 1e-12,
+        eps: float = 0.0,
         chunk_size: int = 64,
     ) -> None:
         features = PerformerFeatures(num_features, kernel, redraw_interval, seed)
@@ -66,9 +69,9 @@ class PerformerAttention(LinearAttention):
         return self.feature_map.draws
 
     @property
-    def training_steps(self) -> int:
-        """Training forward calls so far, for the redraw schedule."""
-        return self.feature_map.training_steps
+    def training_calls(self) -> int:
+        """Training-mode forward calls so far, what the redraw schedule counts."""
+        return self.feature_map.training_calls
 
     def draw_projection(self, draw: int) -> Tensor:
         """The projection of draw number `draw` (see PerformerFeatures.draw_projection)."""

@@ -6,7 +6,12 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from linarena.attention.validation import check_attention_inputs, check_right_padded
+from linarena.attention.validation import (
+    check_attention_inputs,
+    check_head_dim,
+    check_right_padded,
+    zero_padding,
+)
 
 
 class SoftmaxAttention(nn.Module):
@@ -21,6 +26,7 @@ class SoftmaxAttention(nn.Module):
 
     def __init__(self, head_dim: int, causal: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
+        check_head_dim(head_dim, type(self).__name__)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"attention dropout must be in [0, 1), got {dropout}.")
         self.head_dim = head_dim
@@ -36,6 +42,7 @@ class SoftmaxAttention(nn.Module):
         if self.causal and mask is not None:
             check_right_padded(mask, type(self).__name__)
         dropout_p = self.dropout if self.training else 0.0
+        k, v = zero_padding(k, mask), zero_padding(v, mask)  # a masked NaN is still NaN
         if self.causal or mask is None:
             # Right padding: under a causal mask a real query never sees a padded key, so the
             # key mask is redundant and the flash kernel (which takes no explicit mask) stays usable.

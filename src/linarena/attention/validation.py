@@ -1,10 +1,17 @@
 """Input checks shared by every attention module, so a wrong call fails with a message that says
-what was expected instead of a shape error deep inside a matmul."""
+what was expected instead of a shape error deep inside a matmul, and the padding rule every
+module applies."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+
+def check_head_dim(head_dim: int, name: str) -> None:
+    """Refuse a head_dim that is not a positive integer."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"{name}: head_dim must be a positive integer, got {head_dim!r}.")
 
 
 def check_attention_inputs(
@@ -16,6 +23,11 @@ def check_attention_inputs(
             raise ValueError(
                 f"{name}: {label} must have shape (batch, heads, length, head_dim), "
                 f"got {tuple(t.shape)} ({t.dim()} dims)."
+            )
+        if not t.is_floating_point():
+            raise ValueError(
+                f"{name}: {label} must be a floating-point tensor, got dtype {t.dtype} "
+                "(attention outputs are weighted means, not integers). Convert it with .float()."
             )
     if q.shape[:3] != k.shape[:3] or q.shape[:3] != v.shape[:3]:
         raise ValueError(
@@ -41,6 +53,31 @@ def check_attention_inputs(
             f"got {tuple(mask.shape)}."
         )
 
+
+def zero_padding(x: Tensor, mask: Tensor | None) -> Tensor:
+    """x (batch, heads, length, dim) with padded positions set to 0, so that what a padded key
+    or value holds (NaN, inf, junk) never reaches a real token: 0 * NaN would still be NaN."""
+    if mask is None:
+        return x
+    return torch.where(mask[:, None, :, None], x, 0.0)
+
+
+def check_state(state, key: str, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> None:
+    """Refuse a recurrent state (LinearAttentionState) made by another map, head_dim or batch:
+    `key` is this layer's map and head_dim, `shape` its (batch, heads, num_features, d_v)."""
+    if state.feature_map != key:
+        raise ValueError(f"{name}: the state was made by {state.feature_map or 'an unknown map'}, "
+                         f"this layer is {key}; pass the state this layer returned.")
+    labels = ("batch", "heads", "num_features", "value dim")
+    got = tuple(state.kv.shape)
+    differ = [f"{label} {g} != {e}" for label, g, e in zip(labels, got, shape, strict=True)
+              if g != e]
+    if differ:
+        raise ValueError(f"{name}: the state does not fit this call ({', '.join(differ)}: "
+                         "state vs inputs); pass the state returned for this batch.")
+    if state.kv.dtype != dtype:
+        raise ValueError(f"{name}: the state is {state.kv.dtype} but this call computes in "
+                         f"{dtype}; continue in the dtype the state was made in.")
 
 
 def check_right_padded(mask: Tensor, name: str) -> None:

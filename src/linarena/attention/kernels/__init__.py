@@ -1,12 +1,15 @@
-"""Linear-attention kernels: the algorithm, for any FeatureMap, in three forms.
+"""Linear-attention kernels: the algorithm, on features a FeatureMap computed once, in three
+forms.
 
 A backend is a set of three functions with the signatures of the PyTorch ones:
-  - bidirectional(q, k, v, mask, feature_map, context, eps, chunk_size) -> out
-  - causal(q, k, v, mask, feature_map, context, eps, chunk_size) -> out
-  - step(q, k, v, state, feature_map, context, eps) -> (out, state)
-LinearAttention picks one by name (its `backend` argument). "torch" (chunked_bidirectional.py,
-chunked_causal.py, recurrent.py) is the reference every other backend is tested against; a
-fused GPU backend is one more file here and one entry in BACKENDS.
+  - bidirectional(phi_q, phi_k, v, query_log_scale, key_log_scale, mask, eps) -> out
+  - causal(phi_q, phi_k, v, query_log_scale, key_log_scale, mask, eps, chunk_size, state)
+    -> (out, state)
+  - step(phi_q, phi_k, v, query_log_scale, key_log_scale, state, eps) -> (out, state)
+They never call the map: a fused kernel takes the same tensors. LinearAttention picks one by
+name (its `backend` argument). "torch" (bidirectional.py, chunked_causal.py, recurrent.py) is
+the reference every other backend is tested against; a fused GPU backend is one more file here
+and one entry in BACKENDS.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from linarena.attention.kernels.chunked_bidirectional import chunked_bidirectional
+from linarena.attention.kernels.bidirectional import bidirectional
 from linarena.attention.kernels.chunked_causal import chunked_causal
 from linarena.attention.kernels.common import LinearAttentionState
 from linarena.attention.kernels.recurrent import recurrent_step
@@ -29,7 +32,7 @@ class Backend:
     step: Callable
 
 
-BACKENDS = {"torch": Backend(chunked_bidirectional, chunked_causal, recurrent_step)}
+BACKENDS = {"torch": Backend(bidirectional, chunked_causal, recurrent_step)}
 
 
 def get_backend(name: str) -> Backend:

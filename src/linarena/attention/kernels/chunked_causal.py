@@ -1,62 +1,63 @@
-"""Causal linear attention by chunks (notation in common.py)."""
+"""Causal linear attention by chunks, on features (notation in common.py)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from linarena.attention.feature_map import FeatureMap
 from linarena.attention.kernels.common import (
     LinearAttentionState,
-    bind_context,
+    eps_term,
     masked_log_scale,
+    normalised,
 )
 
 
-def chunked_causal(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, feature_map: FeatureMap,
-    context: Any, eps: float, chunk_size: int,
-) -> Tensor:
-    """Causal linear attention by chunks: exact quadratic attention inside each chunk of C tokens,
-    plus the carried state (S, z) of all earlier chunks. Memory is O(n C + (n / C) m d_v) for
-    autograd, never a per-token m x d_v state. Gradients by autograd through the map.
-
-    q, k: (batch, heads, n, d); v: (batch, heads, n, d_v); mask: bool (batch, n) or None;
-    context: feature_map.context(...) of this call. Returns (batch, heads, n, d_v).
-    """
-    features = bind_context(feature_map, context)
-    positions = torch.arange(q.shape[2], device=q.device)
-    causal_mask = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
+def _split(x: Tensor | None, chunk_size: int, dim: int, count: int) -> list:
     # split(), not slicing in a loop: each slice's backward would allocate a full-length gradient.
-    chunks = [x.split(chunk_size, dim=2) for x in (q, k, v)]
-    mask_chunks = [None] * len(chunks[0]) if mask is None else mask.split(chunk_size, dim=1)
-    state = None
+    return [None] * count if x is None else list(x.split(chunk_size, dim=dim))
+
+
+def chunked_causal(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, query_log_scale: Tensor | None,
+    key_log_scale: Tensor | None, mask: Tensor | None, eps: float, chunk_size: int,
+    state: LinearAttentionState,
+) -> tuple[Tensor, LinearAttentionState]:
+    """Causal linear attention by chunks: exact quadratic attention inside each chunk of C tokens,
+    plus the carried state (S, z) of all earlier chunks, starting from `state` (the state after
+    the tokens before these). Memory is O(n C + (n / C) m d_v) for autograd, never a per-token
+    m x d_v state.
+
+    phi_q, phi_k: (batch, heads, n, m); v: (batch, heads, n, d_v); log-scales (batch, heads, n)
+    or None; mask: bool (batch, n) or None. Returns (out (batch, heads, n, d_v), the state after
+    the n tokens).
+    """
+    count = -(-phi_q.shape[2] // chunk_size)
+    causal_mask = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=v.device).tril()
+    chunks = zip(
+        *(_split(x, chunk_size, 2, count) for x in (phi_q, phi_k, v)),
+        *(_split(x, chunk_size, 2, count) for x in (query_log_scale, key_log_scale)),
+        _split(mask, chunk_size, 1, count),
+        strict=True,
+    )
     outs = []
-    for q_c, k_c, v_c, mask_c, pos in zip(
-        *chunks, mask_chunks, positions.split(chunk_size), strict=True
-    ):
-        tril = causal_mask[: q_c.shape[2], : q_c.shape[2]]
-        phi_q, _ = features(q_c, pos, True)
-        phi_k, log_scale = features(k_c, pos, False)
-        if state is None:
-            state = LinearAttentionState.zeros(q, phi_q.shape[-1], v.shape[-1])
-        scores = phi_q @ phi_k.transpose(-1, -2)  # (b, h, c, c)
-        if log_scale is None:
+    for phi_q_c, phi_k_c, v_c, lq_c, lk_c, mask_c in chunks:
+        tril = causal_mask[: phi_q_c.shape[2], : phi_q_c.shape[2]]
+        scores = phi_q_c @ phi_k_c.transpose(-1, -2)  # (b, h, c, c)
+        if lk_c is None:
             allowed = tril if mask_c is None else tril & mask_c[:, None, None, :]
             scores = scores * allowed
-            past = 1.0
+            past, running = 1.0, None
         else:
             # Running maximum over keys <= i: the stabiliser of query i sees no later key.
-            log_scale = masked_log_scale(log_scale, mask_c)
-            running = torch.cummax(log_scale.detach(), dim=-1).values
+            lk_c = masked_log_scale(lk_c, mask_c)
+            running = torch.cummax(lk_c.detach(), dim=-1).values
             running = torch.maximum(running, state.top[..., None])
-            gap = (log_scale[..., None, :] - running[..., :, None]).masked_fill(~tril, -torch.inf)
+            gap = (lk_c[..., None, :] - running[..., :, None]).masked_fill(~tril, -torch.inf)
             scores = scores * torch.exp(gap)
             past = torch.exp(state.top[..., None] - running)[..., None]  # (b, h, c, 1)
-        num = scores @ v_c + (phi_q @ state.kv) * past
-        den = scores.sum(dim=-1, keepdim=True) + (phi_q @ state.z.unsqueeze(-1)) * past
-        outs.append(num / (den + eps))
-        state = state.absorb(phi_k, log_scale, v_c, mask_c)
-    return torch.cat(outs, dim=2)
+        num = scores @ v_c + (phi_q_c @ state.kv) * past
+        den = scores.sum(dim=-1, keepdim=True) + (phi_q_c @ state.z.unsqueeze(-1)) * past
+        outs.append(normalised(num, den, eps_term(eps, lq_c, running, v)))
+        state = state.absorb(phi_k_c, lk_c, v_c, mask_c)
+    return torch.cat(outs, dim=2), state

@@ -1,10 +1,12 @@
-"""What every PyTorch linear-attention kernel shares: notation, key weights and the state.
+"""What every PyTorch linear-attention kernel shares: notation, key weights, eps and the state.
 
 out_i = phi(q_i) S / (phi(q_i) . z + eps),  S = sum_j w_j phi(k_j) v_j^T,  z = sum_j w_j phi(k_j),
-with j over all keys (bidirectional) or keys j <= i (causal). The key weight w_j is 0 for a
-padded key, and exp(log_scale_j - top) when the feature map returns a log-scale (see
-FeatureMap.features), where `top` is a maximum over the keys the query may see. Weights
-multiply v (d_v wide) instead of phi(k) (m wide, 4x wider for Performer).
+with j over all keys (bidirectional) or keys j <= i (causal). The kernels take the features,
+computed once by LinearAttention: phi_q, phi_k (batch, heads, n, m) and their optional
+log-scales (batch, heads, n) (see FeatureMap.features). The key weight w_j is 0 for a padded key,
+and exp(log_scale_j - top) when keys have a log-scale, where `top` is a maximum over the keys the
+query may see. Weights multiply v (d_v wide) instead of phi(k) (m wide, 4x wider for Performer).
+eps is added to the true denominator, whatever the stabilisers (see eps_term).
 
 Everything here runs in the dtype it is given (float32 or float64): LinearAttention upcasts, so
 the state S and the normaliser z never accumulate in half precision. Stabilisers (`top`,
@@ -13,32 +15,15 @@ running maxima) are detached: the output does not depend on them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from linarena.attention.feature_map import FeatureMap, FeatureOutput
 
-# (x, positions, is_query, out=None) -> (phi, log_scale): a map's features for one call.
-FeatureFn = Callable[..., FeatureOutput]
-
-
-def bind_context(feature_map: FeatureMap, context: Any) -> FeatureFn:
-    """feature_map.features with this call's context bound, in the kernels' signature."""
-
-    def features(
-        x: Tensor, positions: Tensor, is_query: bool, out: Tensor | None = None
-    ) -> FeatureOutput:
-        return feature_map.features(x, positions, context, is_query, out)
-
-    return features
-
-
-def _lowest(dtype: torch.dtype) -> float:
-    # A finite "minus infinity": exp() of it is 0 and differences of two of them are 0, not NaN.
+def lowest(dtype: torch.dtype) -> float:
+    """A finite "minus infinity": exp() of it is 0 and differences of two of them are 0, not NaN."""
     return torch.finfo(dtype).min
 
 
@@ -46,12 +31,44 @@ def masked_log_scale(log_scale: Tensor, mask: Tensor | None) -> Tensor:
     """Padded keys get the lowest log-scale: weight 0, and they never win a maximum."""
     if mask is None:
         return log_scale
-    return log_scale.masked_fill(~mask[:, None, :], _lowest(log_scale.dtype))
+    return log_scale.masked_fill(~mask[:, None, :], lowest(log_scale.dtype))
 
 
 def plain_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """Key weights (batch, 1, n) of a map without log-scale: the padding mask, or None."""
+    """Key weights (batch, 1, n) of keys without log-scale: the padding mask, or None."""
     return None if mask is None else mask[:, None, :].to(dtype)
+
+
+# Largest exponent eps_term uses: exp() of it stays finite with room for the sums around it.
+EPS_EXPONENT_CAP = {dtype: math.log(torch.finfo(dtype).max) - 8
+                    for dtype in (torch.float32, torch.float64)}
+
+
+def eps_term(
+    eps: float, query_log_scale: Tensor | None, top: Tensor | None, like: Tensor
+) -> Tensor | float:
+    """eps in the stabilised frame, so that it lands on the true denominator.
+
+    The kernels compute the denominator of query i as true_den_i * exp(-(lq_i + top_i)) (lq: the
+    query's log-scale, top: the key stabiliser it sees), so the true `true_den + eps` needs
+    eps * exp(-(lq_i + top_i)) here. Shapes: query_log_scale (batch, heads, c) or None, top
+    (batch, heads, c) or None (no key log-scale); returns a float or (batch, heads, c). The
+    exponent is capped below overflow: there eps dwarfs any denominator the features can make,
+    and the output is 0 as it should be, with finite gradients.
+    """
+    if eps == 0 or (query_log_scale is None and top is None):
+        return eps
+    exponent = math.log(eps) - (0.0 if query_log_scale is None else query_log_scale)
+    exponent = exponent - (0.0 if top is None else top)
+    return torch.exp(exponent.clamp(max=EPS_EXPONENT_CAP[like.dtype]))
+
+
+def normalised(num: Tensor, den: Tensor, eps: Tensor | float) -> Tensor:
+    """num / (den + eps) for num (..., c, d_v), den (..., c, 1) and eps_term's value (a float or
+    (..., c)). A row whose denominator is exactly 0 (every term vanished: a fully padded row, an
+    underflow) has num = 0 too and gets 0, not NaN, so eps = 0 is safe."""
+    den = den + (eps[..., None] if isinstance(eps, Tensor) else eps)
+    return num / torch.where(den == 0, 1.0, den)
 
 
 def _weighted(x: Tensor, weights: Tensor | None) -> Tensor:
@@ -71,22 +88,26 @@ class LinearAttentionState:
 
     kv: (batch, heads, m, d_v), sum of w_j phi(k_j) v_j^T; z: (batch, heads, m), sum of
     w_j phi(k_j); top: (batch, heads), the running maximum log-scale the weights are relative
-    to (the lowest float when the feature map has no log-scale).
+    to (the lowest float when the feature map has no log-scale); feature_map: the
+    FeatureMap.state_key() of the map that made it, with its head_dim.
     """
 
     kv: Tensor
     z: Tensor
     top: Tensor
     position: int
+    feature_map: str = ""
 
     @classmethod
-    def zeros(cls, like: Tensor, num_features: int, value_dim: int) -> LinearAttentionState:
+    def zeros(
+        cls, like: Tensor, num_features: int, value_dim: int, feature_map: str = ""
+    ) -> LinearAttentionState:
         """A state before any token, for a batch shaped like `like` (batch, heads, ...)."""
         batch, heads = like.shape[:2]
         kv = like.new_zeros(batch, heads, num_features, value_dim)
         z = like.new_zeros(batch, heads, num_features)
-        top = like.new_full((batch, heads), _lowest(like.dtype))
-        return cls(kv, z, top, 0)
+        top = like.new_full((batch, heads), lowest(like.dtype))
+        return cls(kv, z, top, 0, feature_map)
 
     def absorb(
         self, phi_k: Tensor, log_scale: Tensor | None, v: Tensor, mask: Tensor | None = None
@@ -103,4 +124,4 @@ class LinearAttentionState:
             weights = torch.exp(log_scale - top[..., None])
         kv = kv + phi_k.transpose(-1, -2) @ _weighted(v, weights)
         z = z + _weight_sum(phi_k, weights)
-        return LinearAttentionState(kv, z, top, self.position + phi_k.shape[2])
+        return LinearAttentionState(kv, z, top, self.position + phi_k.shape[2], self.feature_map)

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from linarena.attention.buffers import write_into
 from linarena.attention.feature_map import FeatureMap, FeatureOutput, FeatureVjp
 
 
@@ -67,20 +66,12 @@ class CosformerFeatures(FeatureMap):
                 "model.max_length) or shorten the input."
             )
 
-    def features(
-        self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool,
-        out: Tensor | None = None,
-    ) -> FeatureOutput:
-        """x: (batch, heads, n, d); positions: (n,); context: M (batch,); out: (batch, heads,
-        n, 2 d) or None. M must exceed every position for the weight to stay positive."""
+    def features(self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool) -> FeatureOutput:
+        """x: (batch, heads, n, d); positions: (n,); context: M (batch,). Returns phi (batch,
+        heads, n, 2 d). M must exceed every position for the weight to stay positive."""
         theta = _angles(positions, context, x.dtype)
         relu_x = F.relu(x)
-        if out is None:
-            return torch.cat([relu_x * torch.cos(theta), relu_x * torch.sin(theta)], dim=-1), None
-        d = x.shape[-1]
-        write_into(out[..., :d], torch.mul, relu_x, torch.cos(theta))
-        write_into(out[..., d:], torch.mul, relu_x, torch.sin(theta))
-        return out, None
+        return torch.cat([relu_x * torch.cos(theta), relu_x * torch.sin(theta)], dim=-1), None
 
     def vjp(self, context: Tensor) -> FeatureVjp:
         return functools.partial(cosformer_features_vjp, scale_length=context)
@@ -91,14 +82,14 @@ class CosformerFeatures(FeatureMap):
 
 def cosformer_features_vjp(
     x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
-    out: Tensor, scale_length: Tensor,
-) -> None:
-    """Backward of CosformerFeatures.features, written into `out`:
+    scale_length: Tensor,
+) -> Tensor:
+    """Backward of CosformerFeatures.features:
     d loss / d x = (grad_cos * cos(theta) + grad_sin * sin(theta)) * [x > 0]."""
     theta = _angles(positions, scale_length, x.dtype)
     d = x.shape[-1]
-    write_into(out, torch.mul, grad_phi[..., :d], torch.cos(theta))
-    out.addcmul_(grad_phi[..., d:], torch.sin(theta)).mul_(x > 0)
+    grad_x = grad_phi[..., :d] * torch.cos(theta)
+    return grad_x.addcmul_(grad_phi[..., d:], torch.sin(theta)).mul_(x > 0)
 
 
 def _angles(positions: Tensor, scale_length: Tensor, dtype: torch.dtype) -> Tensor:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from linarena.attention.buffers import write_into
 from linarena.attention.feature_map import FeatureMap, FeatureOutput, FeatureVjp
 
 
@@ -22,22 +20,17 @@ class EluFeatures(FeatureMap):
         """x: (batch, heads, n, head_dim) -> phi of the same shape."""
         return F.elu(x) + 1.0
 
-    def features(
-        self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
-        out: Tensor | None = None,
-    ) -> FeatureOutput:
-        phi = F.elu(x) if out is None else F.elu_(out.copy_(x))
-        return phi.add_(1.0), None  # in place: elu saves its input, not its output
+    def features(self, x: Tensor, positions: Tensor, context: Any, is_query: bool) -> FeatureOutput:
+        return self(x), None
 
     def vjp(self, context: Any) -> FeatureVjp:
         return elu_features_vjp
 
 
 def elu_features_vjp(
-    x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
-    out: Tensor,
-) -> None:
+    x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None
+) -> Tensor:
     """Backward of elu+1 from its output alone: d phi / d x is 1 where x > 0 (phi > 1) and
-    exp(x) = phi where x <= 0, i.e. min(phi, 1). Writes grad_phi * min(phi, 1) into `out`
-    (overwriting phi): one pass, no autograd graph, no copy."""
-    write_into(out, torch.mul, grad_phi, phi.clamp_(max=1.0))
+    exp(x) = phi where x <= 0, i.e. min(phi, 1). Returns grad_phi * min(phi, 1), written over
+    grad_phi: no autograd graph."""
+    return grad_phi.mul_(phi.clamp(max=1.0))

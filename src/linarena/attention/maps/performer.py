@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from linarena.attention.buffers import write_into
 from linarena.attention.feature_map import FeatureMap, FeatureOutput, FeatureVjp
 
 KERNELS = ("softmax", "relu")
@@ -25,7 +24,8 @@ class PerformerFeatures(FeatureMap):
     (seed, r), so every draw is reproducible and identical on every rank of a multi-device run.
     The projection is redrawn every `redraw_interval` forward calls in training mode, never in
     eval: one call per training batch, so with gradient accumulation or activation
-    checkpointing (which repeats the forward) the interval counts calls, not optimizer steps.
+    checkpointing (which repeats the forward) the interval counts calls (`training_calls`),
+    not optimizer steps.
 
     Args:
         num_features: m, the number of random features.
@@ -55,7 +55,7 @@ class PerformerFeatures(FeatureMap):
         self.seed = seed
         self.head_dim = 0
         self.draws = 0  # how many times the projection was redrawn
-        self.training_steps = 0  # training forward calls, for the redraw schedule
+        self.training_calls = 0  # training-mode forward calls, for the redraw schedule
 
     def num_features(self, head_dim: int) -> int:
         return self.m
@@ -86,8 +86,8 @@ class PerformerFeatures(FeatureMap):
         """Count a training call; redraw every redraw_interval calls. Runs outside torch.compile
         graphs (a graph break): traced, the Python counter would be baked into the graph as a
         constant and every step would recompile."""
-        self.training_steps += 1
-        if self.training_steps % self.redraw_interval == 0:
+        self.training_calls += 1
+        if self.training_calls % self.redraw_interval == 0:
             self.redraw()
 
     def context(self, mask: Tensor | None, batch: int, length: int, device) -> Tensor:
@@ -95,14 +95,11 @@ class PerformerFeatures(FeatureMap):
         forward first, as activation checkpointing does) cannot change what it recomputes."""
         return self.projection.clone()
 
-    def features(
-        self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool,
-        out: Tensor | None = None,
-    ) -> FeatureOutput:
+    def features(self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool) -> FeatureOutput:
         projection = context.to(x.dtype)
         if self.kernel == "relu":
-            return performer_relu_features(x, projection, out)
-        return performer_softmax_features(x, projection, is_query, out)
+            return performer_relu_features(x, projection), None
+        return performer_softmax_features(x, projection)
 
     def vjp(self, context: Tensor) -> FeatureVjp:
         if self.kernel == "relu":
@@ -111,11 +108,12 @@ class PerformerFeatures(FeatureMap):
 
     # The schedule counters are plain ints (no GPU sync to read them) saved in checkpoints.
     def get_extra_state(self) -> dict[str, Any]:
-        return {"seed": self.seed, "draws": self.draws, "training_steps": self.training_steps}
+        return {"seed": self.seed, "draws": self.draws, "training_calls": self.training_calls}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.seed, self.draws = state["seed"], state["draws"]
-        self.training_steps = state["training_steps"]
+        # Checkpoints written before the rename call the counter training_steps.
+        self.training_calls = state.get("training_calls", state.get("training_steps", 0))
 
     def extra_repr(self) -> str:
         return (f"num_features={self.m}, kernel={self.kernel}, "
@@ -123,77 +121,70 @@ class PerformerFeatures(FeatureMap):
 
 
 def _batched(matrix: Tensor, like: Tensor) -> Tensor:
-    """matrix (r, c) expanded to (batch, heads, r, c) like `like`: matmul then writes straight
-    into a (possibly strided) `out=` chunk instead of flattening it and failing or copying."""
+    """matrix (r, c) expanded to (batch, heads, r, c) like `like`: a batched matmul then reads a
+    strided q or k (a view of the model's qkv projection) in place instead of copying it."""
     return matrix.expand(*like.shape[:2], *matrix.shape)
 
 
-def performer_softmax_features(
-    x: Tensor, projection: Tensor, is_query: bool, out: Tensor | None = None
-) -> FeatureOutput:
+def performer_softmax_features(x: Tensor, projection: Tensor) -> FeatureOutput:
     """FAVOR+ positive random features (Choromanski et al. 2021).
 
-    phi(x) = exp(W x' - |x'|^2 / 2) with x' = x d^(-1/4), so that E[phi(q) . phi(k)] =
-    exp(q . k / sqrt(d)). Factors shared by all features of one token are kept out of phi:
-    for a query they cancel between numerator and denominator (so exp(-|q'|^2 / 2) and the
-    paper's m^(-1/2) are dropped); for a key they are returned as its log_scale,
-    max_i (W k')_i - |k'|^2 / 2, which the kernel applies relative to a maximum over the keys
-    each query may see. Every exp() therefore has a non-positive argument.
+    phi(x) = m^(-1/2) exp(W x' - |x'|^2 / 2) with x' = x d^(-1/4), so that E[phi(q) . phi(k)]
+    = exp(q . k / sqrt(d)). Factors shared by all features of one token are kept out of phi and
+    returned as its log_scale, max_i (W x')_i - |x'|^2 / 2 - ln(m) / 2: a query's cancels
+    between numerator and denominator (it only places eps on the true denominator), a key's is
+    applied relative to a maximum over the keys each query may see. Every exp() therefore has
+    a non-positive argument.
 
     Args:
         x: (batch, heads, n, d).
         projection: (m, d), rows omega_i.
-        is_query: queries return no log_scale.
-        out: (batch, heads, n, m) buffer to write phi into, or None to allocate it.
+    Returns phi (batch, heads, n, m) and log_scale (batch, heads, n).
     """
     scale = x.shape[-1] ** -0.25
     weights = _batched(projection.t() * scale, x)  # (batch, heads, d, m)
-    logits = torch.matmul(x, weights) if out is None else write_into(out, torch.matmul, x, weights)
+    logits = torch.matmul(x, weights)
     row_max = logits.amax(dim=-1, keepdim=True).detach()
     phi = logits.sub_(row_max).exp_()  # in place: two passes over the largest tensor, not four
-    if is_query:
-        return phi, None
-    return phi, row_max.squeeze(-1) - 0.5 * scale**2 * (x * x).sum(dim=-1)
+    constant = 0.5 * math.log(projection.shape[0])
+    return phi, row_max.squeeze(-1) - 0.5 * scale**2 * (x * x).sum(dim=-1) - constant
 
 
 def performer_softmax_features_vjp(
     x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
-    out: Tensor, projection: Tensor,
-) -> None:
-    """Backward of performer_softmax_features, written into `out` (overwriting grad_phi).
+    projection: Tensor,
+) -> Tensor:
+    """Backward of performer_softmax_features (overwriting grad_phi).
 
     phi = exp(x W'^T - c) with W' = projection * d^(-1/4), so d loss / d x = (grad_phi * phi) W';
-    a key's log_scale c - d^(-1/2) |x|^2 / 2 adds -d^(-1/2) x grad_log_scale. The row maximum
-    c is a stabiliser taken as a constant in both, as in the forward pass.
+    the log_scale c - d^(-1/2) |x|^2 / 2 - ln(m) / 2 adds -d^(-1/2) x grad_log_scale. The row
+    maximum c is a stabiliser taken as a constant in both, as in the forward pass.
     """
     scale = x.shape[-1] ** -0.25
-    write_into(out, torch.matmul, grad_phi.mul_(phi), _batched(projection.to(x.dtype) * scale, x))
+    grad_x = torch.matmul(grad_phi.mul_(phi), _batched(projection.to(x.dtype) * scale, x))
     if grad_log_scale is not None:
-        out.addcmul_(x, grad_log_scale[..., None], value=-(scale**2))
+        grad_x.addcmul_(x, grad_log_scale[..., None], value=-(scale**2))
+    return grad_x
 
 
-def performer_relu_features(
-    x: Tensor, projection: Tensor, out: Tensor | None = None
-) -> FeatureOutput:
+def performer_relu_features(x: Tensor, projection: Tensor) -> Tensor:
     """Performer's "generalized attention": phi(x) = relu(W x') + 1e-3, x' = x d^(-1/4).
 
-    x: (batch, heads, n, d); projection: (m, d); out: (batch, heads, n, m) buffer or None.
+    x: (batch, heads, n, d); projection: (m, d). Returns phi (batch, heads, n, m).
     """
     weights = _batched(projection.t() * x.shape[-1] ** -0.25, x)
-    if out is None:
-        return F.relu(torch.matmul(x, weights)) + RELU_FEATURE_FLOOR, None
-    return write_into(out, torch.matmul, x, weights).relu_().add_(RELU_FEATURE_FLOOR), None
+    return torch.matmul(x, weights).relu_() + RELU_FEATURE_FLOOR
 
 
 def performer_relu_features_vjp(
     x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
-    out: Tensor, projection: Tensor,
-) -> None:
-    """Backward of performer_relu_features, written into `out` (overwriting grad_phi):
+    projection: Tensor,
+) -> Tensor:
+    """Backward of performer_relu_features (overwriting grad_phi):
     d loss / d x = (grad_phi * [W x' > 0]) W'. W x' > 0 is read off phi > floor, which differs
     only for logits too small (about 1e-10 in float32) to change the floor."""
     weights = _batched(projection.to(x.dtype) * x.shape[-1] ** -0.25, x)
-    write_into(out, torch.matmul, grad_phi.mul_(phi > RELU_FEATURE_FLOOR), weights)
+    return torch.matmul(grad_phi.mul_(phi > RELU_FEATURE_FLOOR), weights)
 
 
 def orthogonal_gaussian_projection(

@@ -1,0 +1,100 @@
+"""The causal state across calls: a sequence split in two (the second part started from the
+first's state, by forward or by step()) gives the outputs of the whole, and a state that does
+not belong to the layer or the batch is refused with a message saying what differs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import LINEAR_VARIANTS, assert_close_float64, build, inputs, padding_mask
+
+from linarena.attention import CosformerAttention, EluAttention, PerformerAttention
+
+
+def _width(attn) -> int:
+    return attn.feature_map.num_features(attn.head_dim)
+
+
+@pytest.mark.parametrize("split", [13, 16])  # inside a chunk and on a chunk boundary
+@pytest.mark.parametrize("name", LINEAR_VARIANTS)
+def test_split_forward_with_state_equals_whole(name, split):
+    q, k, v = inputs(length=30, scale=2.0)
+    attn = build(name, causal=True, max_length=30, chunk_size=8)
+    whole = attn(q, k, v)
+    first, state = attn(q[:, :, :split], k[:, :, :split], v[:, :, :split], return_state=True)
+    assert state.position == split
+    second, final = attn(q[:, :, split:], k[:, :, split:], v[:, :, split:],
+                         initial_state=state, return_state=True)
+    assert final.position == 30
+    assert_close_float64(torch.cat([first, second], dim=2), whole, 30 * _width(attn))
+
+    stepped = []
+    for t in range(split, 30):
+        out, state = attn.step(q[:, :, t], k[:, :, t], v[:, :, t], state)
+        stepped.append(out)
+    assert_close_float64(torch.stack(stepped, dim=2), whole[:, :, split:], 30 * _width(attn))
+
+
+@pytest.mark.parametrize("name", LINEAR_VARIANTS)
+def test_returned_state_leaves_padded_tokens_out(name):
+    q, k, v = inputs(batch=2, length=20)
+    attn = build(name, causal=True, max_length=40)
+    mask = padding_mask([20, 12], 20)
+    _, padded = attn(q, k, v, mask, return_state=True)
+    _, bare = attn(q[1:, :, :12], k[1:, :, :12], v[1:, :, :12], return_state=True)
+    assert_close_float64(padded.kv[1:], bare.kv, 20 * _width(attn))
+    assert_close_float64(padded.z[1:], bare.z, 20 * _width(attn))
+
+
+def test_state_arguments_are_for_causal_mode():
+    x = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="causal mode"):
+        EluAttention(8)(x, x, x, return_state=True)
+
+
+def _state(attn, batch=2, heads=1, head_dim=8):
+    """The state of `attn` after one token (made by step(), as a decoding loop makes it)."""
+    x = torch.randn(batch, heads, head_dim)
+    return attn.step(x, x, x)[1]
+
+
+STATE_FAULTS = [  # (case, how the state was made, message)
+    ("another batch size", lambda: _state(EluAttention(8, causal=True), batch=1),
+     r"batch 1 != 2"),
+    ("another head count", lambda: _state(EluAttention(8, causal=True), heads=2),
+     r"heads 2 != 1"),
+    ("another feature map", lambda: _state(CosformerAttention(8, causal=True, max_length=64)),
+     r"made by CosformerFeatures\(max_length=64\) at head_dim=8, this layer is EluFeatures"),
+    ("another head_dim", lambda: _state(EluAttention(4, causal=True), head_dim=4),
+     r"made by EluFeatures\(\) at head_dim=4, this layer is EluFeatures\(\) at head_dim=8"),
+]
+
+
+@pytest.mark.parametrize(("case", "make", "message"), STATE_FAULTS, ids=[c[0] for c in STATE_FAULTS])
+def test_step_refuses_a_state_of_another_layer_or_batch(case, make, message):
+    attn = EluAttention(8, causal=True)
+    x = torch.randn(2, 1, 8)
+    with pytest.raises(ValueError, match=message):
+        attn.step(x, x, x, make())
+    with pytest.raises(ValueError, match=message):
+        attn(x[:, :, None], x[:, :, None], x[:, :, None], initial_state=make())
+
+
+def test_step_refuses_a_state_of_another_cosformer_m_or_performer_draw():
+    x = torch.randn(2, 1, 8)
+    short = _state(CosformerAttention(8, causal=True, max_length=32))
+    with pytest.raises(ValueError, match=r"max_length=32.*this layer is CosformerFeatures\("
+                                         r"max_length=64\)"):
+        CosformerAttention(8, causal=True, max_length=64).step(x, x, x, short)
+    other_seed = _state(PerformerAttention(8, causal=True, num_features=16, seed=1))
+    with pytest.raises(ValueError, match=r"seed=1.*seed=2"):
+        PerformerAttention(8, causal=True, num_features=16, seed=2).step(x, x, x, other_seed)
+
+
+def test_one_token_continues_from_a_forward_state_in_its_dtype_only():
+    attn = EluAttention(8, causal=True)
+    x = torch.randn(2, 1, 3, 8)
+    _, state = attn(x, x, x, return_state=True)  # float32
+    x = torch.randn(2, 1, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"state is torch\.float32"):
+        attn.step(x, x, x, state)
