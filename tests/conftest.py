@@ -57,8 +57,8 @@ class TokenFromQ(nn.Module):
     def token(q: Tensor) -> Tensor:
         return q.transpose(1, 2).flatten(2) if q.dim() == 4 else q
 
-    def forward(self, q, k, v, mask=None):
-        return self.core(q, k, v, mask, x=self.token(q))
+    def forward(self, q, k, v, mask=None, **state_options):
+        return self.core(q, k, v, mask, x=self.token(q), **state_options)
 
     def step(self, q, k, v, state=None):
         return self.core.step(q, k, v, state, x=q.flatten(1) if q.dim() == 3 else q)

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from linarena.attention.ops import delta_rule, gated_linear_attention
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
-from linarena.attention.validation import check_attention_inputs
+from linarena.attention.validation import check_attention_inputs, check_head_dim
 
 
 class Recurrence(NamedTuple):
@@ -41,10 +41,12 @@ class Recurrence(NamedTuple):
 @dataclass
 class RecurrentState:
     """The state after `position` tokens: (batch, heads, k_dim, v_dim), float32 (float64 for
-    float64 inputs); one column more with output_norm="denominator" (the sum of decayed keys)."""
+    float64 inputs); one column more with output_norm="denominator" (the sum of decayed keys).
+    made_by names the layer kind that made it, so a state is never continued by another."""
 
     state: Tensor
     position: int
+    made_by: str = ""
 
 
 def linear(x: Tensor, layer: nn.Linear) -> Tensor:
@@ -94,6 +96,7 @@ class RecurrentAttention(nn.Module):
             raise ValueError(f"{type(self).__name__}: output_norm=denominator divides by a sum "
                              "of decayed keys, which the delta rule's state is not; use rms, "
                              "group or none.")
+        check_head_dim(head_dim, type(self).__name__)
         self.head_dim = head_dim
         self.causal = causal
         self.num_heads = num_heads
@@ -119,21 +122,38 @@ class RecurrentAttention(nn.Module):
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *,
-        x: Tensor | None = None,
-    ) -> Tensor:
+        x: Tensor | None = None, initial_state: RecurrentState | None = None,
+        return_state: bool = False,
+    ) -> Tensor | tuple[Tensor, RecurrentState]:
         """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real;
         x: (batch, length, d_model), the token representation (cores that read it).
 
-        Returns (batch, heads, length, head_dim).
+        Causal mode only: `initial_state` continues a sequence from the state of its earlier
+        tokens (from forward(..., return_state=True) or step()); `return_state=True` also
+        returns the state after these tokens (padded ones excluded).
+
+        Returns (batch, heads, length, head_dim), or (that, state) with return_state.
         """
-        check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
+        name = type(self).__name__
+        check_attention_inputs(q, k, v, mask, self.head_dim, name)
         self._check_token(q, x)
+        if (initial_state is not None or return_state) and not self.causal:
+            raise ValueError(f"{name}: initial_state and return_state are for causal mode; "
+                             "build the module with causal=True.")
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        if initial_state is not None:
+            self._check_state(initial_state, q, dtype)
         with torch.autocast(device_type=q.device.type, enabled=False):
             r = self.recurrence_inputs(*(t.to(dtype) for t in (q, k, v)),
                                        None if x is None else x.to(dtype))
-            out = self.output(self._op(r, mask, self.causal))
-        return out.to(v.dtype)
+            start = None if initial_state is None else initial_state.state
+            result = self._op(r, mask, self.causal, start, return_state)
+            raw, new = result if return_state else (result, None)
+            out = self.output(raw).to(v.dtype)
+        if not return_state:
+            return out
+        position = 0 if initial_state is None else initial_state.position
+        return out, RecurrentState(new, position + q.shape[2], self._made_by())
 
     def step(
         self, q: Tensor, k: Tensor, v: Tensor, state: RecurrentState | None = None, *,
@@ -156,13 +176,15 @@ class RecurrentAttention(nn.Module):
         check_attention_inputs(q, k, v, None, self.head_dim, type(self).__name__)
         self._check_token(q, x)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        if state is not None:
+            self._check_state(state, q, dtype)
         with torch.autocast(device_type=q.device.type, enabled=False):
             r = self.recurrence_inputs(*(t.to(dtype) for t in (q, k, v)),
                                        None if x is None else x.to(dtype))
             raw, new = self._op(r, None, True, None if state is None else state.state, True)
             out = self.output(raw)
         position = 0 if state is None else state.position
-        return out[:, :, 0].to(v.dtype), RecurrentState(new, position + 1)
+        return out[:, :, 0].to(v.dtype), RecurrentState(new, position + 1, self._made_by())
 
     def state_size(self) -> int:
         """Numbers of one head's recurrent state: k_dim x v_dim (plus k_dim for the
@@ -177,6 +199,27 @@ class RecurrentAttention(nn.Module):
         if r.beta is None:
             return gated_linear_attention(r.q, r.k, r.v, r.log_gate, **options)
         return delta_rule(r.q, r.k, r.v, r.beta, r.log_gate, **options)
+
+    def _made_by(self) -> str:
+        return f"{type(self).__name__}(output_norm={self.output_norm}) at head_dim={self.head_dim}"
+
+    def _check_state(self, state: RecurrentState, q: Tensor, dtype: torch.dtype) -> None:
+        """Refuse a state of another layer kind, batch, head count or dtype."""
+        name = type(self).__name__
+        if state.made_by != self._made_by():
+            raise ValueError(f"{name}: the state was made by {state.made_by or 'an unknown layer'}"
+                             f", this layer is {self._made_by()}; pass the state it returned.")
+        width = self.head_dim + (self.output_norm == "denominator")
+        expected = (q.shape[0], q.shape[1], self.head_dim, width)
+        labels = ("batch", "heads", "k_dim", "v_dim")
+        differ = [f"{label} {g} != {e}" for label, g, e
+                  in zip(labels, tuple(state.state.shape), expected, strict=True) if g != e]
+        if differ:
+            raise ValueError(f"{name}: the state does not fit this call ({', '.join(differ)}: "
+                             "state vs inputs); pass the state returned for this batch.")
+        if state.state.dtype != dtype:
+            raise ValueError(f"{name}: the state is {state.state.dtype} but this call computes "
+                             f"in {dtype}; continue in the dtype the state was made in.")
 
     def _check_token(self, q: Tensor, x: Tensor | None) -> None:
         name = type(self).__name__
