@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from linarena.data.batching import (
@@ -210,6 +211,7 @@ class TaskDataModule(L.LightningDataModule):
         log.info("%s data: %s examples", self.name, sizes)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        """The split's loader; training shuffles, evaluation reads every example once."""
         if not self.datasets:
             self.setup()
         # The training loader is stateful: checkpoints hold its position and shuffling state,
@@ -222,6 +224,7 @@ class TaskDataModule(L.LightningDataModule):
                 self.datasets[split],
                 batch_size=self.batch_size,
                 shuffle=shuffle,
+                sampler=None if shuffle else evaluation_sampler(self.datasets[split]),
                 num_workers=self.num_workers,
                 collate_fn=COLLATE_FUNCTIONS[self.head_kind],
                 pin_memory=torch.cuda.is_available(),
@@ -236,3 +239,15 @@ class TaskDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
+
+
+def evaluation_sampler(dataset: Dataset) -> Sampler | None:
+    """Under DDP, each rank's distinct share of an evaluation split, every example exactly once;
+    None otherwise (Lightning then reads the split in order). Lightning's default for evaluation,
+    a DistributedSampler, pads the ranks to equal length by repeating examples, which biases
+    val/test accuracy (and warns during test). The metrics are epoch-level torchmetrics, synced
+    once at the end, so ranks with one batch more or less never wait on each other."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not distributed or torch.distributed.get_world_size() == 1:
+        return None
+    return UnrepeatedDistributedSampler(dataset, shuffle=False)
