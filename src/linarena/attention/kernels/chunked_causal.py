@@ -38,9 +38,10 @@ class _ChunkedCausal(torch.autograd.Function):
     one full-length buffer, where autograd would keep every chunk's and concatenate them."""
 
     @staticmethod
-    def forward(ctx, phi_q, phi_k, v, log_scale, start, running, tops, eps_t, size):
+    def forward(ctx, phi_q, phi_k, v, log_scale, start, running, tops, eps_t, size, scaled):
         batch, heads, length, _ = phi_q.shape
         tril = torch.ones(size, size, dtype=torch.bool, device=v.device).tril()
+        values_all = _values(v)
         out = v.new_empty(batch, heads, length, v.shape[-1])
         den = v.new_empty(batch, heads, length)
         states, gates, scores = [], [], []
@@ -49,11 +50,13 @@ class _ChunkedCausal(torch.autograd.Function):
             hi = lo + size
             phi_q_c, phi_k_c, lk, run = phi_q[:, :, lo:hi], phi_k[:, :, lo:hi], log_scale[
                 :, :, lo:hi], running[:, :, lo:hi]
-            values = _values(v[:, :, lo:hi])
+            values = values_all[:, :, lo:hi]
             gate = torch.exp((lk[..., None, :] - run[..., :, None]).masked_fill(~tril, -torch.inf))
             score = (phi_q_c @ phi_k_c.transpose(-1, -2)) * gate  # (b, h, C, C)
-            past = torch.exp(tops[..., c, None] - run)[..., None]  # (b, h, C, 1)
-            num_den = score @ values + (phi_q_c @ state) * past
+            from_state = phi_q_c @ state
+            if scaled:
+                from_state = from_state * torch.exp(tops[..., c, None] - run)[..., None]
+            num_den = score @ values + from_state
             den_c = num_den[..., -1] + (eps_t[:, :, lo:hi] if isinstance(eps_t, Tensor) else eps_t)
             den_c = torch.where(den_c == 0, 1.0, den_c)  # every term 0: num too, the output 0
             out[:, :, lo:hi] = num_den[..., :-1] / den_c[..., None]
@@ -61,26 +64,28 @@ class _ChunkedCausal(torch.autograd.Function):
             states.append(state)
             gates.append(gate)
             scores.append(score)
-            weights = torch.exp(lk - tops[..., c + 1, None])  # relative to the chunk's end
-            decay = torch.exp(tops[..., c] - tops[..., c + 1])[..., None, None]
-            state = state * decay + phi_k_c.transpose(-1, -2) @ (values * weights[..., None])
-        ctx.save_for_backward(phi_q, phi_k, v, log_scale, running, tops, den, out,
+            if scaled:
+                weights = torch.exp(lk - tops[..., c + 1, None])  # relative to the chunk's end
+                values = values * weights[..., None]
+                state = state * torch.exp(tops[..., c] - tops[..., c + 1])[..., None, None]
+            state = state + phi_k_c.transpose(-1, -2) @ values
+        ctx.save_for_backward(phi_q, phi_k, values_all, log_scale, running, tops, den, out,
                               torch.stack(states), torch.stack(gates), torch.stack(scores))
-        ctx.size, ctx.eps_is_tensor = size, isinstance(eps_t, Tensor)
+        ctx.size, ctx.eps_is_tensor, ctx.scaled = size, isinstance(eps_t, Tensor), scaled
         return out, state
 
     @staticmethod
     def backward(ctx, grad_out, grad_state):
-        phi_q, phi_k, v, log_scale, running, tops, den, out, states, gates, scores = (
+        phi_q, phi_k, values_all, log_scale, running, tops, den, out, states, gates, scores = (
             ctx.saved_tensors)
-        size, length = ctx.size, phi_q.shape[2]
-        grads = [torch.empty_like(x) for x in (phi_q, phi_k, v, log_scale)]
-        grad_phi_q, grad_phi_k, grad_v, grad_log_scale = grads
+        size, length, scaled = ctx.size, phi_q.shape[2], ctx.scaled
+        grad_phi_q, grad_phi_k, grad_v = (torch.empty_like(x) for x in (phi_q, phi_k, out))
+        grad_log_scale = torch.empty_like(log_scale) if scaled else None
         grad_den = den.new_empty(den.shape)
         for c in reversed(range(length // size)):
             lo, hi = c * size, (c + 1) * size
             phi_q_c, phi_k_c, lk = phi_q[:, :, lo:hi], phi_k[:, :, lo:hi], log_scale[:, :, lo:hi]
-            values = _values(v[:, :, lo:hi])
+            values = values_all[:, :, lo:hi]
             den_c = den[:, :, lo:hi, None]
             grad_num = grad_out[:, :, lo:hi] / den_c
             grad_den_c = -(grad_num * out[:, :, lo:hi]).sum(dim=-1, keepdim=True)
@@ -90,22 +95,31 @@ class _ChunkedCausal(torch.autograd.Function):
             grad_score = grad_num_den @ values.transpose(-1, -2)
             grad_p = grad_score * gates[c]
             grad_values = scores[c].transpose(-1, -2) @ grad_num_den
-            grad_lk = (grad_score * scores[c]).sum(dim=-2)  # d gate_ij / d lk_j = gate_ij
             # From the carried state: num_den += (phi_q S) * past.
-            grad_qs = grad_num_den * torch.exp(tops[..., c, None] - running[:, :, lo:hi])[..., None]
+            grad_qs = grad_num_den
+            if scaled:
+                grad_qs = grad_qs * torch.exp(tops[..., c, None] - running[:, :, lo:hi])[..., None]
             grad_phi_q[:, :, lo:hi] = grad_p @ phi_k_c + grad_qs @ states[c].transpose(-1, -2)
             # The state update S' = S * decay + phi_k^T (values * weights), with grad_state = dS'.
-            weights = torch.exp(lk - tops[..., c + 1, None])[..., None]
             grad_weighted = phi_k_c @ grad_state  # d loss / d (values * weights)
+            if scaled:
+                weights = torch.exp(lk - tops[..., c + 1, None])[..., None]
+                weighted = values * weights
+                grad_values = grad_values + grad_weighted * weights
+                # d gate_ij / d lk_j = gate_ij and d weights_j / d lk_j = weights_j.
+                grad_log_scale[:, :, lo:hi] = ((grad_score * scores[c]).sum(dim=-2)
+                                               + (grad_weighted * weighted).sum(dim=-1))
+            else:
+                weighted = values
+                grad_values = grad_values + grad_weighted
             grad_phi_k[:, :, lo:hi] = (grad_p.transpose(-1, -2) @ phi_q_c
-                                       + (values * weights) @ grad_state.transpose(-1, -2))
-            grad_values = grad_values + grad_weighted * weights
+                                       + weighted @ grad_state.transpose(-1, -2))
             grad_v[:, :, lo:hi] = grad_values[..., :-1]
-            grad_log_scale[:, :, lo:hi] = grad_lk + (grad_weighted * values * weights).sum(dim=-1)
-            decay = torch.exp(tops[..., c] - tops[..., c + 1])[..., None, None]
-            grad_state = grad_state * decay + phi_q_c.transpose(-1, -2) @ grad_qs
+            if scaled:
+                grad_state = grad_state * torch.exp(tops[..., c] - tops[..., c + 1])[..., None, None]
+            grad_state = grad_state + phi_q_c.transpose(-1, -2) @ grad_qs
         return (grad_phi_q, grad_phi_k, grad_v, grad_log_scale, grad_state, None, None,
-                grad_den if ctx.eps_is_tensor else None, None)
+                grad_den if ctx.eps_is_tensor else None, None, None)
 
 
 def chunked_causal(
@@ -152,7 +166,7 @@ def chunked_causal(
     eps_t = eps_term(eps, query_log_scale, top, v)
     start = torch.cat([state.kv, state.z[..., None]], dim=-1)
     out, final = _ChunkedCausal.apply(phi_q, phi_k, v, log_scale, start, running, tops,
-                                      eps_t, size)
+                                      eps_t, size, key_log_scale is not None or mask is not None)
     top = state.top if key_log_scale is None else tops[..., -1]
     state = LinearAttentionState(final[..., :-1], final[..., -1], top, state.position + length,
                                  state.feature_map)
