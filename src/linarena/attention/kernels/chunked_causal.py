@@ -29,8 +29,13 @@ class _ChunkedCausal(torch.autograd.Function):
     gradient of the carried state carried backwards; each chunk's gradients are written into
     one full-length buffer, where autograd would keep every chunk's and concatenate them.
 
-    weighted: whether keys carry weights (log-scales or padding); without, every weight and
-    stabiliser is exactly 1 and their multiplications are skipped.
+    Inputs: phi_q, phi_k (b, h, n, m); v (b, h, n, d_v); log_scale (b, h, n), the keys'
+    log-scales with padded keys at the lowest float (0 for a map without log-scales); start
+    (b, h, m, d_v + 1), the incoming [S | z]; running (b, h, n), each query's stabiliser; tops
+    (b, h, K + 1), the state's stabiliser before each chunk and after the last; eps_t, eps_term's
+    value for each query; size, the chunk size C; weighted, whether keys carry weights
+    (log-scales or padding): without, every weight and stabiliser factor is exactly 1 and its
+    multiplication is skipped. Returns out (b, h, n, d_v) and the outgoing [S | z].
     """
 
     @staticmethod
