@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import LINEAR_VARIANTS, assert_close_float64, build, inputs, padding_mask
+from conftest import (
+    FEATURE_MAP_VARIANTS,
+    LINEAR_VARIANTS,
+    assert_close_float64,
+    build,
+    inputs,
+    padding_mask,
+)
 
 from linarena.attention import CosformerAttention, EluAttention, PerformerAttention
+from linarena.attention.kernels.common import lowest
 
 
 def _width(attn) -> int:
@@ -43,6 +51,29 @@ def test_split_forward_with_state_equals_whole(name, split):
         out, state = attn.step(q[:, :, t], k[:, :, t], v[:, :, t], state)
         stepped.append(out)
     assert_close_float64(torch.stack(stepped, dim=2), whole[:, :, split:], 30 * _width(attn))
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("name", FEATURE_MAP_VARIANTS)
+def test_gradients_flow_through_the_carried_state(name, padded):
+    """Training over segments backpropagates through the state: gradcheck from q, k, v to both
+    segments' outputs and the final state, over several chunks with a partial last one, with and
+    without padding (keys with and without weights)."""
+    attn = build(name, causal=True, max_length=16, chunk_size=4, heads=1)
+    mask = padding_mask([11, 7], 11) if padded else None
+
+    def two_segments(q, k, v):
+        first, state = attn(q[:, :, :5], k[:, :, :5], v[:, :, :5], return_state=True)
+        second, end = attn(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], mask, initial_state=state,
+                           return_state=True)
+        # The state is stored relative to exp(top), a detached stabiliser (top is the lowest
+        # float for maps without log-scales): compare the true sums.
+        scale = torch.exp(torch.where(end.top == lowest(end.top.dtype), 0.0, end.top))
+        return first, second, end.kv * scale[..., None, None], end.z * scale[..., None]
+
+    q, k, v = (x.requires_grad_(True) for x in inputs(batch=2, heads=1, length=16))
+    assert torch.autograd.gradcheck(two_segments, (q, k, v), fast_mode=True, atol=1e-7,
+                                    rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", LINEAR_VARIANTS)
