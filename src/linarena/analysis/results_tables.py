@@ -41,9 +41,10 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def attention_table(folder: Path) -> str:
-    """Forward + backward ms per length (rows) and variant (columns), bidirectional run."""
-    table = pd.read_csv(folder / "benchmark_attention.csv")
+def attention_table(folder: Path, source: str = "benchmark_attention.csv") -> str:
+    """Forward + backward ms per length (rows) and variant (columns) of one benchmark run
+    (bidirectional, or causal with benchmark_attention_causal.csv)."""
+    table = pd.read_csv(folder / source)
     ms = table.pivot(index="length", columns="variant", values="fwd_bwd_ms")
     variants = list(dict.fromkeys(table["variant"]))
     return markdown(["N", *map(_name, variants)],
@@ -94,6 +95,8 @@ def mqar_study_table(folder: Path) -> str:
 # name -> (source files, table maker)
 TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
     "attention": (("benchmark_attention.csv",), attention_table),
+    "attention_causal": (("benchmark_attention_causal.csv",),
+                         lambda folder: attention_table(folder, "benchmark_attention_causal.csv")),
     "performer_error": (("benchmark_attention_performer_error.csv",), performer_error_table),
     "model": (("benchmark_model.csv",), model_table),
     "training": (("results.csv",), training_table),
