@@ -68,9 +68,12 @@ def _git(*args: str) -> str | None:
 
 
 def current_commit() -> tuple[str | None, bool]:
-    """(HEAD's hash, whether tracked files differ from it); (None, False) outside a checkout."""
+    """(HEAD's hash, whether tracked files other than the results themselves differ from it);
+    (None, False) outside a checkout. A rerun rewrites docs/results/ before its record is
+    written, which is no change to the code that produced it."""
     commit = _git("rev-parse", "HEAD")
-    changes = _git("status", "--porcelain", "--untracked-files=no")
+    changes = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                   ":(exclude)docs/results")
     return commit, bool(changes)
 
 
