@@ -98,8 +98,11 @@ def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, T
     if state is None:
         state = q.new_zeros(batch, heads, k_dim, v.shape[-1])
     outs = []
-    for i in range(qc.shape[2]):
-        updates = u[:, :, i] - w[:, :, i] @ state
-        outs.append(q_decayed[:, :, i] @ state + scores[:, :, i] @ updates)
-        state = decay[:, :, i] * state + k_decayed[:, :, i].transpose(-1, -2) @ updates
+    # unbind, not x[:, :, i]: the backward of an index writes a full-size gradient per chunk
+    # (quadratic in length), unbind's stacks the chunks' gradients once.
+    per_chunk = (x.unbind(2) for x in (u, w, q_decayed, scores, decay, k_decayed))
+    for u_i, w_i, q_i, scores_i, decay_i, k_i in zip(*per_chunk, strict=True):
+        updates = u_i - w_i @ state
+        outs.append(q_i @ state + scores_i @ updates)
+        state = decay_i * state + k_i.transpose(-1, -2) @ updates
     return from_chunks(torch.stack(outs, dim=2), length), state

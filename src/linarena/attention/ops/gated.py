@@ -101,9 +101,11 @@ def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, T
     if state is None:
         state = q.new_zeros(batch, heads, k_dim, v.shape[-1])
     before = []
-    for i in range(qc.shape[2]):
+    # unbind, not decay[:, :, i]: the backward of an index writes a full-size gradient per chunk
+    # (quadratic in length), unbind's stacks the chunks' gradients once.
+    for decay_i, added_i in zip(decay.unbind(2), added.unbind(2), strict=True):
         before.append(state)
-        state = decay[:, :, i] * state + added[:, :, i]
+        state = decay_i * state + added_i
     inter = (qc * torch.exp(cum)) @ torch.stack(before, dim=2)
     return from_chunks(intra + inter, length), state
 
