@@ -7,6 +7,7 @@ surfaces at the next synchronisation on CUDA, at once on CPU, and torch.compile 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -144,3 +145,27 @@ def reverse(inputs: OpInputs) -> OpInputs:
 def causal_tril(size: int, strict: bool, device: torch.device) -> Tensor:
     """bool (size, size): key j visible from query i, j <= i (j < i when strict)."""
     return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1 if strict else 0)
+
+
+# (inputs, chunk_size, strict) -> (unscaled outputs, final state): an op's causal chunked pass.
+ChunkedPass = Callable[[OpInputs, int, bool], tuple[Tensor, Tensor]]
+
+
+def run_torch(name: str, inputs: OpInputs, chunked: ChunkedPass, chunk_size: int, causal: bool,
+              backend: str, like: Tensor, return_state: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """The torch backend of an op: its chunked pass in full precision, run forwards and, when
+    bidirectional, strictly backwards on the reversed sequence (token i counts once); scaled and
+    cast to `like`'s dtype (v's)."""
+    if backend != "torch":
+        raise ValueError(f"{name}: backend must be 'torch' or 'fla', got {backend!r}.")
+    if chunk_size < 1:
+        raise ValueError(f"{name}: chunk_size must be >= 1, got {chunk_size}.")
+    dtype = compute_dtype(inputs.q, inputs.k, inputs.v)
+    with full_precision(inputs.q.device):
+        inputs = inputs.to(dtype)
+        out, state = chunked(inputs, chunk_size, False)
+        if not causal:
+            back, _ = chunked(reverse(inputs), chunk_size, True)
+            out = out + back.flip(2)
+    out = (inputs.scale * out).to(like.dtype)
+    return (out, state) if return_state else out

@@ -8,11 +8,9 @@ from torch import Tensor
 from linarena.attention.ops.common import (
     OpInputs,
     causal_tril,
-    compute_dtype,
     from_chunks,
-    full_precision,
     prepare,
-    reverse,
+    run_torch,
     to_chunks,
 )
 
@@ -59,19 +57,7 @@ def delta_rule(
 
         return fla.delta_rule_fla(inputs, gate_given=log_gate is not None, causal=causal,
                                   return_state=return_state)
-    if backend != "torch":
-        raise ValueError(f"{name}: backend must be 'torch' or 'fla', got {backend!r}.")
-    if chunk_size < 1:
-        raise ValueError(f"{name}: chunk_size must be >= 1, got {chunk_size}.")
-    dtype = compute_dtype(q, k, v)
-    with full_precision(q.device):
-        inputs = inputs.to(dtype)
-        out, state = _chunked(inputs, chunk_size, strict=False)
-        if not causal:
-            back, _ = _chunked(reverse(inputs), chunk_size, strict=True)
-            out = out + back.flip(2)
-    out = (inputs.scale * out).to(v.dtype)
-    return (out, state) if return_state else out
+    return run_torch(name, inputs, _chunked, chunk_size, causal, backend, v, return_state)
 
 
 def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, Tensor]:
