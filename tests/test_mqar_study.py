@@ -14,7 +14,13 @@ from omegaconf import OmegaConf
 from PIL import Image
 from training_helpers import compose_config
 
-from linarena.analysis.mqar_results import choose_lr, load_study, state_size, summarize
+from linarena.analysis.mqar_results import (
+    choose_lr,
+    load_archive,
+    load_study,
+    state_size,
+    summarize,
+)
 from linarena.analysis.mqar_study import (
     Progress,
     StudyPoint,
@@ -22,7 +28,9 @@ from linarena.analysis.mqar_study import (
     load_grid,
     missing,
     plan_points,
+    preset_protocol,
     run_point,
+    study_runs,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +52,8 @@ def fake_run(root: Path, attention: str, d_model: int, conv: int, lr: float, val
     # summary.json names the class: "linear" for every LinearAttention variant.
     name = "linear" if attention == "taylor" else attention
     (folder / "summary.json").write_text(json.dumps(
-        {"task": "mqar", "attention": name, "seed": seed, "metrics": metrics, "global_step": 300}))
+        {"task": "mqar", "attention": name, "seed": seed, "metrics": metrics, "global_step": 300,
+         "commit": "c0ffee"}))
     (folder / "checkpoints").mkdir()
     (folder / "checkpoints" / f"best-step{200 + seed}-acc{val:.4f}.ckpt").touch()
     return folder
@@ -162,10 +171,15 @@ def test_progress_prints_one_line_per_run_with_its_result_and_an_eta(
     assert "ETA" in lines[0] and "console.log" in lines[1]  # softmax has no run there
 
 
-def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: Path) -> None:
+def study_script():
     spec = importlib.util.spec_from_file_location("mqar_study", REPO_ROOT / "scripts" / "mqar_study.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: Path) -> None:
+    script = study_script()
     out = tmp_path / "out"
     assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
                         "--out", str(out)]) == 0
@@ -188,3 +202,37 @@ def test_missing_study_folder_is_a_clear_error(tmp_path: Path) -> None:
         load_study([tmp_path])
     with pytest.raises(ValueError, match="no `study:` block"):
         load_grid("mqar_cpu")
+
+
+def test_a_study_resumes_from_the_runs_csv_it_wrote(study: Path, tmp_path: Path) -> None:
+    """A study spanning sessions: a fresh machine has only the committed runs CSV."""
+    script = study_script()
+    first = tmp_path / "first"
+    assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
+                        "--out", str(first)]) == 0
+    archive = first / "mqar_state_size_runs.csv"
+    assert set(pd.read_csv(archive)["commit"]) == {"c0ffee"}  # each row names its code
+    archived = load_archive(archive, preset_protocol(PRESET))
+    empty = tmp_path / "fresh_root"
+    done = frozenset(archived["run"])
+    assert missing(StudyPoint(16, 3, 3e-3, 1), empty, ["elu", "softmax"], done) == ["softmax"]
+    tasks = dict(_later_seed_tasks(load_grid(PRESET), empty, ["elu", "taylor"], archived))
+    assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
+    assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu's seed 2 is in the archive
+    assert len(study_runs(empty, archived)) == 8
+    second = tmp_path / "second"
+    assert script.main(["--preset", PRESET, "--root", str(empty), "--report-only",
+                        "--out", str(second), "--resume-from", str(archive)]) == 0
+    for name in ("mqar_state_size.csv", "mqar_state_size.md"):
+        assert (second / name).read_text() == (first / name).read_text()
+
+
+def test_an_archive_of_another_study_is_refused(study: Path, tmp_path: Path) -> None:
+    runs = load_study([study])
+    protocol = preset_protocol(PRESET)
+    runs.assign(max_steps=600).to_csv(tmp_path / "old.csv", index=False)
+    with pytest.raises(ValueError, match=r"old\.csv: run .* has max_steps=600 but the preset"):
+        load_archive(tmp_path / "old.csv", protocol)
+    runs.drop(columns="commit").to_csv(tmp_path / "older.csv", index=False)
+    with pytest.raises(ValueError, match=r"no column 'commit'.*without --resume-from"):
+        load_archive(tmp_path / "older.csv", protocol)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
+from linarena.analysis import provenance
 from linarena.analysis.provenance import (
     RESULTS_DIR,
+    code_version,
     command_line,
     load,
     mark_stale,
@@ -28,6 +31,21 @@ def test_every_committed_result_has_a_provenance_record() -> None:
         assert (RESULTS_DIR / name).is_file(), f"record for a missing file {name}"
         assert len(entry["commit"]) == 40 and entry["command"], name
         assert {"torch", "device", "threads", "cpu", "gpu"} <= set(entry["environment"]), name
+
+
+@pytest.mark.skipif(not (REPO_ROOT / ".git").exists(), reason="not a git checkout")
+def test_code_version_is_the_checkouts_commit_and_none_outside_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert code_version().removesuffix("-dirty") == head
+    # An installed copy inside someone else's repository must not claim that repository's commit.
+    nested = tmp_path / "site-packages"
+    nested.mkdir()
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.setattr(provenance, "REPO_ROOT", nested)
+    assert code_version() is None
 
 
 def test_record_writes_commit_command_and_environment(tmp_path: Path) -> None:

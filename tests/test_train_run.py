@@ -20,7 +20,7 @@ from linarena.training import ClassificationModule, train
 from linarena.training.entry import run_job
 
 SUMMARY_KEYS = {"schema_version", "task", "attention", "seed", "hparams", "metrics", "wandb",
-                "output_dir", "device", "duration_s", "config"}
+                "output_dir", "device", "duration_s", "commit", "config"}
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,10 @@ from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "short_conv", "d_model", "num_heads", "num_layers", "lr",
                "seed", "state_size", "state_kind", "test_acc", "val_acc_best", "steps",
-               "best_step", "max_steps", "vocab_size", "seq_len", "num_pairs", "run")
+               "best_step", "max_steps", "vocab_size", "seq_len", "num_pairs", "run", "commit")
+# What makes two runs' rows comparable: an archived row (load_archive) must match the study's
+# preset on these, or it belongs to another study.
+PROTOCOL = ("num_layers", "max_steps", "vocab_size", "seq_len", "num_pairs")
 GROUP = ["attention", "short_conv", "d_model"]
 # A seed "recalls" when its test accuracy reaches this (the table's "2/3").
 RECALL_THRESHOLD = 0.9
@@ -95,7 +98,7 @@ def run_row(folder: Path) -> dict:
         "steps": summary.get("global_step"), "best_step": best_step(folder),
         "max_steps": config["trainer"]["max_steps"], "vocab_size": data["vocab_size"],
         "seq_len": data["max_length"], "num_pairs": data["num_pairs"],
-        "run": f"{folder.parent.name}/{folder.name}",
+        "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
     }
 
 
@@ -106,6 +109,40 @@ def load_study(roots: Iterable[str | Path]) -> pd.DataFrame:
         raise FileNotFoundError(f"no {SUMMARY_FILE} under {[str(r) for r in roots]}: run "
                                 "scripts/mqar_study.py first, or point --runs at its folder")
     return pd.DataFrame([run_row(folder) for folder in folders], columns=list(RUN_COLUMNS))
+
+
+def load_archive(path: Path, protocol: dict[str, int]) -> pd.DataFrame:
+    """The rows of a runs CSV this study wrote before (<name>_runs.csv), to count as finished
+    runs: a study that spans machines or sessions resumes from its committed CSV. Every row
+    must have been trained under `protocol` (the preset's value of each PROTOCOL column)."""
+    runs = pd.read_csv(path)
+    absent = [column for column in RUN_COLUMNS if column not in runs.columns]
+    if absent:
+        raise ValueError(f"{path}: no column {absent[0]!r}; it was written by an older "
+                         "scripts/mqar_study.py, so its runs cannot be resumed: run the study "
+                         "without --resume-from")
+    for column, value in protocol.items():
+        other = runs[runs[column] != value]
+        if len(other):
+            raise ValueError(f"{path}: run {other['run'].iloc[0]} has {column}="
+                             f"{other[column].iloc[0]} but the preset has {value}: those runs "
+                             "belong to another study; resume from that study's CSV or none")
+    return runs[list(RUN_COLUMNS)]
+
+
+def combine(runs: pd.DataFrame | None, archived: pd.DataFrame | None) -> pd.DataFrame:
+    """The runs of the study folder and the archived ones it has not rerun (a run's folder
+    wins over its archived row)."""
+    if archived is None or not len(archived):
+        if runs is None:
+            raise FileNotFoundError("no finished run: neither the study folder nor the archive "
+                                    "has one")
+        return runs
+    if runs is None or not len(runs):
+        return archived.reset_index(drop=True)
+    kept = archived[~archived["run"].isin(runs["run"])]
+    return pd.concat([kept, runs], ignore_index=True).sort_values("run", kind="stable") \
+        .reset_index(drop=True)
 
 
 def choose_lr(runs: pd.DataFrame) -> pd.Series:

@@ -6,7 +6,9 @@ Every attention variant of conf/attention/ gets the same grid: one `train.py -m`
 (one process start for all its attentions), a folder per run,
 `<root>/d<width>_conv<k>_lr<lr>_seed<s>/<attention>/` (summary.json and .hydra/config.yaml). A
 run with a summary.json is skipped, so an interrupted study resumes where it stopped; a run
-folder without one (a killed run) is started again from scratch.
+folder without one (a killed run) is started again from scratch. A study that spans machines or
+sessions also resumes from the runs CSV it wrote before (`archived`, mqar_results.load_archive):
+the runs listed there are finished too.
 
 With `lr_seed: null` every (lr, seed) is trained. With `lr_seed: <s>` the learning rate of each
 (attention, short conv, width) is chosen on seed s's runs (validation only, mqar_results.choose_lr)
@@ -28,10 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from filelock import Timeout
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
-from linarena.analysis.mqar_results import choose_lr, load_study
+from linarena.analysis.mqar_results import choose_lr, combine, load_study
 from linarena.attention.variants import CONF_DIR, check_variant_names, variant_names
 from linarena.files import build_lock
 from linarena.training.summary import SUMMARY_FILE, read_summary
@@ -63,13 +67,17 @@ class StudyPoint:
                 "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]
 
 
+def _compose(preset: str, overrides: Sequence[str], conf_dir: Path) -> DictConfig:
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        return compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
+
+
 def load_grid(preset: str, overrides: Sequence[str] = (),
               conf_dir: Path = CONF_DIR) -> dict[str, Any]:
     """The `study:` block of conf/experiment/<preset>.yaml, with `overrides` of it
     (e.g. "study.widths=[16,32]"): widths, short_conv, lrs and seeds lists, and lr_seed (None:
     every seed tries every lr)."""
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
+    cfg = _compose(preset, overrides, conf_dir)
     if "study" not in cfg:
         raise ValueError(f"experiment={preset} has no `study:` block (widths, short_conv, lrs, "
                          "seeds); use a study preset such as mqar_study_cpu")
@@ -83,6 +91,16 @@ def load_grid(preset: str, overrides: Sequence[str] = (),
         raise ValueError(f"experiment={preset}: study.lr_seed={grid['lr_seed']} is not one of "
                          f"study.seeds {grid['seeds']}; pick one of them or null")
     return grid
+
+
+def preset_protocol(preset: str, overrides: Sequence[str] = (),
+                    conf_dir: Path = CONF_DIR) -> dict[str, int]:
+    """The preset's value (with `overrides`) of each mqar_results.PROTOCOL column: what an
+    archived run must match to count as a run of this study."""
+    cfg = _compose(preset, overrides, conf_dir)
+    return {"num_layers": cfg.model.num_layers, "max_steps": cfg.trainer.max_steps,
+            "vocab_size": cfg.data.vocab_size, "seq_len": cfg.data.max_length,
+            "num_pairs": cfg.data.num_pairs}
 
 
 def plan_points(grid: dict[str, Any], seeds: Sequence[int] | None = None) -> list[StudyPoint]:
@@ -99,10 +117,13 @@ def plan_points(grid: dict[str, Any], seeds: Sequence[int] | None = None) -> lis
                                          p.d_model))
 
 
-def missing(point: StudyPoint, root: Path, attentions: Sequence[str]) -> list[str]:
-    """The attentions at `point` without a summary.json yet."""
+def missing(point: StudyPoint, root: Path, attentions: Sequence[str],
+            archived: frozenset[str] = frozenset()) -> list[str]:
+    """The attentions at `point` without a summary.json yet, nor a row in the archive (the
+    `run` ids, "<point folder>/<attention>", of mqar_results.load_archive)."""
     folder = root / point.folder_name
-    return [name for name in attentions if not (folder / name / SUMMARY_FILE).is_file()]
+    return [name for name in attentions if not (folder / name / SUMMARY_FILE).is_file()
+            and f"{point.folder_name}/{name}" not in archived]
 
 
 def run_point(
@@ -177,24 +198,32 @@ def _run_points(tasks: list[tuple[StudyPoint, list[str]]], preset: str, root: Pa
         list(pool.map(one, tasks))
 
 
-def _todo(points: Sequence[StudyPoint], root: Path,
-          names: Sequence[str]) -> list[tuple[StudyPoint, list[str]]]:
-    return [(point, left) for point in points if (left := missing(point, root, names))]
+def _todo(points: Sequence[StudyPoint], root: Path, names: Sequence[str],
+          archived: frozenset[str]) -> list[tuple[StudyPoint, list[str]]]:
+    return [(point, left) for point in points if (left := missing(point, root, names, archived))]
+
+
+def study_runs(root: Path, archived: pd.DataFrame | None) -> pd.DataFrame:
+    """The finished runs: the study folder's and the archived ones."""
+    has_runs = root.is_dir() and any(root.rglob(SUMMARY_FILE))
+    return combine(load_study([root]) if has_runs else None, archived)
 
 
 def run_study(
     preset: str, root: Path, attentions: Sequence[str] | None = None, jobs: int = 2,
-    threads: int = 1, extra: Sequence[str] = (),
+    threads: int = 1, extra: Sequence[str] = (), archived: pd.DataFrame | None = None,
 ) -> dict[str, int]:
     """Train every missing run of the study, `jobs` points at a time; a count per outcome.
+    `archived`: finished runs from an earlier session (mqar_results.load_archive), not rerun.
 
     With the grid's lr_seed set: first every lr at that seed, then the other seeds at the lr
     chosen (on validation) per attention, short conv and width."""
+    done = frozenset() if archived is None else frozenset(archived["run"])
     names = check_variant_names(attentions) if attentions else variant_names()
     grid = load_grid(preset, [o for o in extra if o.startswith("study.")])
     first_seeds = grid["seeds"] if grid["lr_seed"] is None else [grid["lr_seed"]]
     points = plan_points(grid, first_seeds)
-    todo = _todo(points, root, names)
+    todo = _todo(points, root, names, done)
     print(f"{preset}: {len(points)} points x {len(names)} attentions (seeds {first_seeds}); "
           f"{sum(len(left) for _, left in todo)} runs to go, {jobs} points at a time; "
           f"per-run logs in {root}/<point>/console.log", flush=True)
@@ -202,18 +231,20 @@ def run_study(
     _run_points(todo, preset, root, jobs, threads, extra, counts)
     if grid["lr_seed"] is None:
         return counts
-    later = _later_seed_tasks(grid, root, names)
+    later = _later_seed_tasks(grid, root, names, archived)
     print(f"{preset}: lr chosen on seed {grid['lr_seed']}; {sum(len(n) for _, n in later)} "
           "runs of the other seeds to go", flush=True)
     _run_points(later, preset, root, jobs, threads, extra, counts)
     return counts
 
 
-def _later_seed_tasks(grid: dict[str, Any], root: Path,
-                      names: Sequence[str]) -> list[tuple[StudyPoint, list[str]]]:
+def _later_seed_tasks(
+    grid: dict[str, Any], root: Path, names: Sequence[str], archived: pd.DataFrame | None = None,
+) -> list[tuple[StudyPoint, list[str]]]:
     """The runs of the seeds after lr_seed: each (attention, short conv, width) at the lr its
     lr_seed runs chose, grouped into one task per point."""
-    runs = load_study([root])
+    runs = study_runs(root, archived)
+    done = frozenset(runs["run"])
     chosen = choose_lr(runs[runs["seed"] == grid["lr_seed"]])
     by_point: dict[StudyPoint, list[str]] = {}
     for (name, conv, width), lr in chosen.items():
@@ -225,7 +256,7 @@ def _later_seed_tasks(grid: dict[str, Any], root: Path,
                                     []).append(name)
     tasks = []
     for point, point_names in by_point.items():
-        left = missing(point, root, point_names)
+        left = missing(point, root, point_names, done)
         if left:
             tasks.append((point, left))
     return tasks

@@ -13,6 +13,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
+from linarena.analysis.provenance import code_version
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.training.build import build_components
 from linarena.training.errors import ConfigError
@@ -112,6 +113,7 @@ def train(cfg: DictConfig) -> float:
         summary = build_summary(cfg, parts.precision, metrics, {
             "output_dir": str(output_dir),
             "device": parts.module.device.type,
+            "commit": code_version(),
             "world_size": parts.perf.world_size,
             "global_step": trainer.global_step,
             "duration_s": round(time.monotonic() - started, 1),
