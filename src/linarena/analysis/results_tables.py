@@ -41,14 +41,18 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def by_length(table: pd.DataFrame, name: str, values: str, unit: str) -> str:
+    """A row per attention (in the CSV's order), a column per length: `values` in `unit`."""
+    cells = table.pivot(index=name, columns="length", values=values)
+    rows = [[_name(a), *(number(cells.loc[a, n]) for n in cells.columns)]
+            for a in dict.fromkeys(table[name])]
+    return markdown([unit, *(f"N={n}" for n in cells.columns)], rows)
+
+
 def attention_table(folder: Path, source: str = "benchmark_attention.csv") -> str:
-    """Forward + backward ms per length (rows) and variant (columns) of one benchmark run
+    """Forward + backward ms per variant (rows) and length (columns) of one benchmark run
     (bidirectional, or causal with benchmark_attention_causal.csv)."""
-    table = pd.read_csv(folder / source)
-    ms = table.pivot(index="length", columns="variant", values="fwd_bwd_ms")
-    variants = list(dict.fromkeys(table["variant"]))
-    return markdown(["N", *map(_name, variants)],
-                    [[str(n), *(number(ms.loc[n, v]) for v in variants)] for n in ms.index])
+    return by_length(pd.read_csv(folder / source), "variant", "fwd_bwd_ms", "fwd+bwd ms")
 
 
 def performer_error_table(folder: Path) -> str:
@@ -62,17 +66,11 @@ def performer_error_table(folder: Path) -> str:
 
 
 def model_table(folder: Path) -> str:
-    """Tokens/s of a full training step per length and attention, and peak MB."""
+    """Tokens/s of a full training step, then its peak MB, per attention (rows) and length."""
     table = pd.read_csv(folder / "benchmark_model.csv")
     step = table[table["what"] == "model_step"]
-    attentions = list(dict.fromkeys(step["attention"]))
-    tokens = step.pivot(index="length", columns="attention", values="tokens_per_sec")
-    memory = step.pivot(index="length", columns="attention", values="peak_memory_mb")
-    header = ["N", *(f"{_name(a)} tok/s" for a in attentions),
-              f"peak MB ({' / '.join(map(_name, attentions))})"]
-    rows = [[str(n), *(number(tokens.loc[n, a]) for a in attentions),
-             " / ".join(number(memory.loc[n, a]) for a in attentions)] for n in tokens.index]
-    return markdown(header, rows)
+    return (by_length(step, "attention", "tokens_per_sec", "tokens/s") + "\n\n"
+            + by_length(step, "attention", "peak_memory_mb", "peak MB"))
 
 
 def training_table(folder: Path) -> str:
