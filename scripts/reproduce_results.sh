@@ -2,7 +2,7 @@
 # Reproduce every committed result in docs/results/ (the files the README's tables are made
 # from), with the commands, seeds and output paths that made them, then regenerate the tables:
 #   bash scripts/reproduce_results.sh              everything (CPU: see the README for times)
-#   bash scripts/reproduce_results.sh bench        only the benchmarks (also: sweeps, study)
+#   bash scripts/reproduce_results.sh bench        only the benchmarks (also: sweeps, study, mixture)
 # Each script writes its files' provenance records (docs/results/provenance.json: commit,
 # command, environment). Run it on a clean checkout: a record notes uncommitted changes.
 set -euo pipefail
@@ -43,6 +43,14 @@ if [[ "$WHAT" == all || "$WHAT" == study ]]; then
     echo "== MQAR recall against state size, 3 seeds (resumable)"
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --root results/mqar_study \
         --out "$OUT"
+fi
+
+if [[ "$WHAT" == all || "$WHAT" == mixture ]]; then
+    echo "== MQAR on a mixture of (length, pairs), tested up to 4x the training length, 3 seeds"
+    MIXTURE="python train.py -m experiment=mqar_mixture_cpu attention=$ATTENTIONS seed=1,2,3 hydra.sweep.dir=results/mqar_mixture"
+    $MIXTURE
+    python scripts/mqar_mixture.py --runs results/mqar_mixture --out "$OUT" \
+        --runs-command "$MIXTURE"
 fi
 
 echo "== README tables from the CSVs"

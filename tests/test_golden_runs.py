@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 
 import pytest
 
-from linarena.analysis.golden import BATCH, GOLDEN_FILE, SEED, STEPS, GoldenCase, run_case
+from linarena.analysis import golden
+from linarena.analysis.golden import BATCH, GOLDEN_FILE, SEED, STEPS, GoldenCase, cases, run_case
 
 PINNED = json.loads(GOLDEN_FILE.read_text())
 CASES = PINNED["cases"]
@@ -49,3 +51,23 @@ def test_golden(key: str) -> None:
             f"docs/results/ {files}. Rerun them: {entry['rerun']}; or mark them stale: "
             f"python scripts/provenance.py --stale {files} --reason '<what changed>'. "
             "Then pin the new losses: python scripts/golden_runs.py", pytrace=False)
+
+
+def test_mixture_golden_run_is_deterministic_and_fast() -> None:
+    # The mixture preset has no data.num_train: its golden size is set per (length, pairs).
+    case, = cases([], [], [], ["elu"])
+    assert case.preset == "mqar_mixture_cpu" and "mqar_mixture.csv" in case.results
+    logging.disable(logging.WARNING)
+    try:
+        timings, values = [], []
+        for _ in range(2):
+            golden._batches.cache_clear()  # regenerate the data too
+            started = time.monotonic()
+            values.append(run_case(case))
+            timings.append(time.monotonic() - started)
+    finally:
+        logging.disable(logging.NOTSET)
+    assert values[0] == values[1]
+    assert len(values[0]) == 2 * (STEPS + 1) and all(math.isfinite(v) for v in values[0])
+    # Every golden case runs in the default suite: each must stay a few seconds.
+    assert max(timings) < 15, f"mixture golden run took {max(timings):.1f} s"

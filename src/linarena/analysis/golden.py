@@ -47,6 +47,10 @@ MQAR_CPU_RERUN = ("python train.py -m experiment=mqar_cpu attention=softmax,elu,
 STUDY_RERUN = ("python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 "
                "--out docs/results")
 BENCH_RERUN = "python scripts/benchmark_model.py --out docs/results"
+MIXTURE_RERUN = ("python train.py -m experiment=mqar_mixture_cpu attention=<the variants> "
+                 "seed=1,2,3 hydra.sweep.dir=results/mqar_mixture, then python "
+                 "scripts/mqar_mixture.py --runs results/mqar_mixture --out docs/results "
+                 "(bash scripts/reproduce_results.sh mixture runs both)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +68,11 @@ class GoldenCase:
         return f"{self.preset or 'default'}/{self.attention}"
 
 
-def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str]) -> list[GoldenCase]:
+def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str],
+          mixture: Sequence[str] = ()) -> list[GoldenCase]:
     """The golden cases of the published results: the small-budget sweeps over the attentions
     `sweep`, the model benchmark over `bench`, the MQAR state-size study over `study` (each
-    with and without the short conv)."""
+    with and without the short conv), the MQAR mixture over `mixture`."""
     sweep_files = ("results.csv", "results.md")
     found = []
     for name in sweep:
@@ -84,6 +89,9 @@ def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str]) -> l
         for conv in (3, 0):
             found.append(GoldenCase("mqar_study_cpu", name, (f"model.short_conv={conv}",),
                                     study_files, STUDY_RERUN))
+    mixture_files = tuple(f"mqar_mixture{suffix}" for suffix in (".csv", "_runs.csv", ".md"))
+    found += [GoldenCase("mqar_mixture_cpu", name, (), mixture_files, MIXTURE_RERUN)
+              for name in mixture]
     return found
 
 
@@ -129,14 +137,24 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 def _compose(preset: str, overrides: Sequence[str]) -> DictConfig:
     """The config train.py composes for `experiment=<preset>` (or the default) and overrides,
-    at the golden size (BATCH x STEPS training examples, one of each other split)."""
-    overrides = [*overrides, f"seed={SEED}", f"data.batch_size={BATCH}",
-                 f"data.num_train={BATCH * STEPS}", "data.num_val=1", "data.num_test=1",
-                 "data.num_workers=0"]
+    at the golden size: BATCH x STEPS training examples, one of each other split. A mixture of
+    (length, pairs) settings (data.train and data.test lists) keeps its settings, each with
+    BATCH x STEPS training examples and one validation and test example."""
+    overrides = [*overrides, f"seed={SEED}", f"data.batch_size={BATCH}", "data.num_workers=0"]
     if preset:
         overrides.insert(0, f"experiment={preset}")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="config", overrides=overrides)
+    data = cfg.data
+    if "num_train" in data:
+        data.num_train, data.num_val, data.num_test = BATCH * STEPS, 1, 1
+    else:
+        for setting in data.train:
+            setting.examples = BATCH * STEPS
+        for setting in data.test:
+            setting.examples = 1
+        data.num_val = 1
+    return cfg
 
 
 @functools.lru_cache(maxsize=16)

@@ -3,7 +3,8 @@
 Each table sits in README.md between `<!-- results:<name> -->` and `<!-- /results:<name> -->`;
 `write_tables` replaces what is between the markers with the table made from its source files,
 preceded by a line saying where it comes from (file, commit, command) and, when a source file
-is marked stale in provenance.json, a stale mark with the commit and the reason.
+is marked stale in provenance.json, a stale mark with the commit and the reason. A table whose
+source files are not there yet (a study not run) is one line saying so and what makes them.
 """
 
 from __future__ import annotations
@@ -90,6 +91,12 @@ def mqar_study_table(folder: Path) -> str:
     return (folder / "mqar_state_size.md").read_text().strip()
 
 
+def mqar_mixture_table(folder: Path) -> str:
+    """The mixture report's table as mqar_mixture.py wrote it (caption and cells), made from
+    the runs' per-setting accuracies by that script (mqar_mixture.csv holds the cells)."""
+    return (folder / "mqar_mixture.md").read_text().strip()
+
+
 # name -> (source files, table maker)
 TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
     "attention": (("benchmark_attention.csv",), attention_table),
@@ -99,7 +106,12 @@ TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
     "model": (("benchmark_model.csv",), model_table),
     "training": (("results.csv",), training_table),
     "mqar_state_size": (("mqar_state_size.csv", "mqar_state_size.md"), mqar_study_table),
+    "mqar_mixture": (("mqar_mixture.csv", "mqar_mixture.md"), mqar_mixture_table),
 }
+# name -> the scripts/reproduce_results.sh stage that writes its source files.
+STAGES = {"attention": "bench", "attention_causal": "bench", "performer_error": "bench",
+          "model": "bench", "training": "sweeps", "mqar_state_size": "study",
+          "mqar_mixture": "mixture"}
 
 
 def provenance_lines(sources: tuple[str, ...], records: dict) -> list[str]:
@@ -123,6 +135,11 @@ def provenance_lines(sources: tuple[str, ...], records: dict) -> list[str]:
 def render(name: str, folder: Path = RESULTS_DIR) -> str:
     """The text between the markers of table `name`."""
     sources, make = TABLES[name]
+    missing = [source for source in sources if not (folder / source).is_file()]
+    if missing:
+        files = ", ".join(f"docs/results/{source}" for source in missing)
+        return (f"\nNot run yet ({files} missing): `bash scripts/reproduce_results.sh "
+                f"{STAGES[name]}`\n")
     lines = provenance_lines(sources, load(folder))
     return "\n".join(["", *lines, "", make(folder), ""])
 

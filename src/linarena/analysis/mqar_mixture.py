@@ -1,0 +1,221 @@
+"""MQAR mixture results: accuracy per test setting (length, pairs) across attentions and seeds.
+
+Runs of experiment=mqar_mixture(_cpu) train on a mixture of (length, pairs) settings and write,
+per test setting, test/acc_L<length>_P<pairs> into summary.json's "metrics"
+(linarena.metrics.TEST_ACC_PER_SETTING). This module reads every such run under some folders
+into one row per (run, test setting), then summarises each (attention, setting) over seeds: the
+median accuracy, its range and how many seeds reached RECALL_THRESHOLD, as a table with a row per
+attention and a column per setting. Settings longer than the longest training length are marked
+†: there the model meets positions it never trained on.
+
+Runs are pooled only when they trained and tested on one mixture, at one width, depth, learning
+rate and step budget (only the attention and the seed may differ).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from linarena.analysis.mqar_results import RECALL_THRESHOLD
+from linarena.analysis.order import attention_label, attention_sort_key
+from linarena.analysis.runs import schema_version
+from linarena.metrics import TEST_ACC_PER_SETTING
+from linarena.training.summary import SUMMARY_FILE
+
+RUN_COLUMNS = ("attention", "label", "seed", "length", "pairs", "acc", "beyond_train", "run",
+               "commit")
+SUMMARY_COLUMNS = ("attention", "label", "length", "pairs", "beyond_train", "seeds", "failed",
+                   "recalled", "test_acc_median", "test_acc_min", "test_acc_max")
+SETTING = re.compile(re.escape(TEST_ACC_PER_SETTING.key) + r"L(?P<length>\d+)_P(?P<pairs>\d+)$")
+# What must be equal for runs to be pooled (dotted paths in summary.json's "config").
+POOLED_ON = ("data.train", "data.test", "data.vocab_size", "model.d_model", "model.num_layers",
+             "optim.lr", "trainer.max_steps")
+BEYOND = "†"
+
+
+def _get(config: Mapping[str, Any], dotted: str) -> Any:
+    for key in dotted.split("."):
+        config = config.get(key) if isinstance(config, Mapping) else None
+    return config
+
+
+def _setting_accuracies(metrics: Mapping[str, Any]) -> dict[tuple[int, int], float]:
+    """{(length, pairs): accuracy (NaN where the run diverged)} of a summary's metrics."""
+    found = {}
+    for key, value in metrics.items():
+        match = SETTING.match(key)
+        if match:
+            found[int(match["length"]), int(match["pairs"])] = \
+                float("nan") if value is None else float(value)
+    return found
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: not a linarena summary.json (not a JSON object)")
+    return summary
+
+
+def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of one run: one per test setting, [] for a run without per-setting metrics."""
+    where = folder / SUMMARY_FILE
+    for key in ("attention", "seed", "metrics"):
+        if key not in summary:
+            raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
+    schema_version(summary, str(where))
+    accuracies = _setting_accuracies(summary["metrics"])
+    if not accuracies:
+        return []
+    train = _get(summary.get("config") or {}, "data.train")
+    if not train:
+        raise ValueError(f"{where}: per-setting metrics but no config.data.train (the training "
+                         "mixture); was it written by linarena's train.py?")
+    longest = max(int(item["length"]) for item in train)
+    attention = str(summary["attention"])
+    return [{"attention": attention, "label": attention_label(attention),
+             "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
+             "beyond_train": length > longest,
+             "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit")}
+            for (length, pairs), acc in sorted(accuracies.items())]
+
+
+def _check_poolable(settings: dict[Path, dict[str, Any]]) -> None:
+    """A ValueError naming two folders whose runs differ in a POOLED_ON key, and the key."""
+    (first, reference), *others = settings.items()
+    for folder, values in others:
+        for key in POOLED_ON:
+            if values[key] != reference[key]:
+                what = "mixtures" if key.startswith(("data.train", "data.test")) else "settings"
+                raise ValueError(
+                    f"runs with different {what} cannot be pooled: {key} is {values[key]} in "
+                    f"{folder} but {reference[key]} in {first}; point --runs at the runs of "
+                    "one preset and setting")
+
+
+def load_runs(roots: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """One row per (run, test setting) of every non-debug run with per-setting accuracies
+    (test/acc_L<length>_P<pairs>) under `roots`, in RUN_COLUMNS, attentions in registry order;
+    and the first run's resolved config (summary.json "config"), whose POOLED_ON settings every
+    run shares."""
+    roots = [Path(root) for root in roots]
+    for root in roots:
+        if not root.is_dir():
+            raise FileNotFoundError(f"--runs {root}: no such folder")
+    rows, settings, seen, configs = [], {}, {}, []
+    for path in sorted(p for root in roots for p in root.rglob(SUMMARY_FILE)):
+        summary = _read(path)
+        if summary.get("debug"):
+            continue
+        found = run_rows(path.parent, summary)
+        if not found:
+            continue
+        key = (found[0]["attention"], found[0]["seed"])
+        if key in seen:
+            raise ValueError(f"attention {key[0]} seed {key[1]} ran twice: {seen[key]} and "
+                             f"{path.parent}; keep one of them out of --runs")
+        seen[key] = path.parent
+        settings[path.parent] = {k: _get(summary["config"], k) for k in POOLED_ON}
+        configs.append(summary["config"])
+        rows += found
+    if not rows:
+        raise ValueError(f"no run with per-setting accuracies ({TEST_ACC_PER_SETTING.key}"
+                         f"L<length>_P<pairs>) under {', '.join(map(str, roots))}: train with "
+                         "experiment=mqar_mixture_cpu (debug runs are left out)")
+    _check_poolable(settings)
+    runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    runs = runs.sort_values(["attention", "seed", "length", "pairs"], kind="stable",
+                            key=_registry_key)
+    return runs.reset_index(drop=True), configs[0]
+
+
+def _registry_key(column: pd.Series) -> pd.Series:
+    """Sort key of a column: attentions by their rank in the registry's order."""
+    if column.name != "attention":
+        return column
+    ranks = {name: rank for rank, name in enumerate(sorted(set(column), key=attention_sort_key))}
+    return column.map(ranks)
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (attention, test setting), in SUMMARY_COLUMNS: seeds, the seeds whose run
+    diverged (no accuracy: counted among the seeds, never as recalling), the seeds that reached
+    RECALL_THRESHOLD, and the median, min and max accuracy over the others."""
+    rows = []
+    for (attention, length, pairs), group in runs.groupby(["attention", "length", "pairs"],
+                                                          sort=False):
+        acc = group["acc"]
+        rows.append({
+            "attention": attention, "label": group["label"].iloc[0], "length": length,
+            "pairs": pairs, "beyond_train": bool(group["beyond_train"].iloc[0]),
+            "seeds": len(group), "failed": int(acc.isna().sum()),
+            "recalled": int((acc >= RECALL_THRESHOLD).sum()), "test_acc_median": acc.median(),
+            "test_acc_min": acc.min(), "test_acc_max": acc.max(),
+        })
+    summary = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    summary = summary.sort_values(["attention", "length", "pairs"], kind="stable",
+                                  key=_registry_key)
+    return summary.reset_index(drop=True)
+
+
+def setting_header(length: int, pairs: int, beyond: bool) -> str:
+    """A column header: "L256 P64", with † when the length is beyond the training lengths."""
+    return f"L{length} P{pairs}" + (f" {BEYOND}" if beyond else "")
+
+
+def accuracy_table(summary: pd.DataFrame) -> str:
+    """Markdown: a row per attention (registry order), a column per test setting (by length,
+    then pairs); each cell the median accuracy % over seeds and (k/n) the seeds that reached
+    RECALL_THRESHOLD, e.g. "98.9 (2/3)"; "–" where there is no accuracy."""
+    settings = summary[["length", "pairs", "beyond_train"]].drop_duplicates()
+    settings = settings.sort_values(["length", "pairs"])
+    columns = list(zip(settings["length"], settings["pairs"], strict=True))
+    cells = {(row.attention, row.length, row.pairs):
+             ("–" if pd.isna(row.test_acc_median) else f"{100 * row.test_acc_median:.1f}")
+             + f" ({row.recalled}/{row.seeds})" for row in summary.itertuples()}
+    header = ["attention", *(setting_header(length, pairs, beyond) for length, pairs, beyond
+                             in settings.itertuples(index=False))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for attention in dict.fromkeys(summary["attention"]):
+        values = [cells.get((attention, length, pairs), "–") for length, pairs in columns]
+        lines.append(f"| {attention_label(attention)} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _settings_text(items: Iterable[Mapping[str, Any]]) -> str:
+    return ", ".join(f"L{item['length']} P{item['pairs']} ({item['examples']:,})"
+                     for item in items)
+
+
+def caption(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
+    """What the table shows, above it in mqar_mixture.md; `config` is one run's summary.json
+    "config" (every pooled run has the same mixture and settings)."""
+    train, test = _get(config, "data.train"), _get(config, "data.test")
+    longest = max(int(item["length"]) for item in train)
+    seeds = sorted(int(seed) for seed in set(runs["seed"]))
+    stop = _get(config, "callbacks.early_stopping.stopping_threshold")
+    failed = runs[runs["acc"].isna()].drop_duplicates(["attention", "seed"])
+    text = (f"MQAR trained on a mixture of (length, pairs) settings and tested per setting: "
+            f"vocab {_get(config, 'data.vocab_size')}, d_model {_get(config, 'model.d_model')}, "
+            f"{_get(config, 'model.num_layers')} layers, lr {_get(config, 'optim.lr'):g}, at "
+            f"most {_get(config, 'trainer.max_steps'):,} steps"
+            + (f" (early stop at val acc {stop:g})" if stop is not None else "")
+            + f"; seeds {seeds}. Training (examples): {_settings_text(train)}. Test (examples "
+            f"per setting): {_settings_text(test)}.\n\n"
+            f"Each cell: median test accuracy (%) over seeds for that setting, and (k/n) the "
+            f"seeds whose accuracy reached {100 * RECALL_THRESHOLD:.0f}%. {BEYOND}: the length "
+            f"is beyond the longest training length ({longest}), so the model meets positions "
+            "it never trained on.\n\n")
+    if len(failed):
+        text += (f"{len(failed)} run(s) have no accuracy for some setting (diverged): counted "
+                 "in n, never in k, and left out of the median.\n\n")
+    return text
