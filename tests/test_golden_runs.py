@@ -7,10 +7,12 @@ them (the command given) or mark them stale, then pin the new losses with
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +73,13 @@ def test_mixture_golden_run_is_deterministic_and_fast() -> None:
     assert len(values[0]) == 2 * (STEPS + 1) and all(math.isfinite(v) for v in values[0])
     # Every golden case runs in the default suite: each must stay a few seconds.
     assert max(timings) < 15, f"mixture golden run took {max(timings):.1f} s"
+
+
+def test_golden_cases_of_a_result_not_run_yet_are_none() -> None:
+    path = Path(__file__).resolve().parents[1] / "scripts" / "golden_runs.py"
+    spec = importlib.util.spec_from_file_location("golden_runs", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.published("not_run_yet.csv", missing_ok=True) == []
+    with pytest.raises(FileNotFoundError):
+        script.published("not_run_yet.csv")  # a committed result must be there
