@@ -44,7 +44,7 @@ def fake_run(root: Path, job: str, attention: str, seed: int, accuracies: dict[s
     metrics = {"test/acc": 0.5, **{f"test/acc_{name}": acc for name, acc in accuracies.items()}}
     (folder / "summary.json").write_text(json.dumps(
         {"schema_version": 2, "task": "mqar_mixture", "attention": attention, "seed": seed,
-         "debug": debug, "metrics": metrics, "config": config}))
+         "debug": debug, "metrics": metrics, "config": config, "commit": f"{seed:040d}"}))
     return folder
 
 
@@ -72,6 +72,7 @@ def runs_root(tmp_path: Path, preset_config: dict) -> Path:
 def test_median_range_and_seeds_that_recall_per_setting(runs_root: Path) -> None:
     runs, _ = load_runs([runs_root])
     assert len(runs) == 6 * 5  # the debug run is left out; a row per run and test setting
+    assert runs.loc[runs["seed"] == 2, "commit"].eq(f"{2:040d}").all()
     summary = summarize(runs).set_index(["attention", "length", "pairs"])
     elu_long = summary.loc[("elu", 256, 64)]
     assert elu_long["seeds"] == 3 and elu_long["recalled"] == 2  # 0.95, 0.40, 0.92
@@ -184,4 +185,5 @@ def test_a_real_run_is_reported(tmp_path: Path) -> None:
     assert list(zip(runs["length"], runs["pairs"], runs["beyond_train"], strict=True)) == [
         (16, 2, False), (32, 4, True)]
     assert runs["acc"].between(0, 1).all() and set(runs["attention"]) == {"elu"}
+    assert runs["commit"].notna().all()  # the commit that trained it, from summary.json
     assert config["data"]["train"] == [{"length": 16, "pairs": 2, "examples": 8}]
