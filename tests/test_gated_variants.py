@@ -161,3 +161,20 @@ def test_mqar_state_size_is_k_dim_by_v_dim_per_head_and_layer(name):
     config = OmegaConf.to_container(cfg, resolve=False)
     assert cfg.model.num_layers == 2
     assert state_size(config) == (16 * 16 * 2 * 2, "recurrent")
+
+
+@pytest.mark.parametrize("name", GATED)
+def test_a_recurrent_state_of_another_layer_batch_or_dtype_is_refused(name):
+    attn = build(name, causal=True, head_dim=8, heads=2)
+    other = "retnet" if name != "retnet" else "gla"
+    q = torch.randn(2, 2, 8)
+    _, foreign = build(other, causal=True, head_dim=8, heads=2).step(q, q, q)
+    with pytest.raises(ValueError, match="the state was made by .*this layer is"):
+        attn.step(q, q, q, foreign)
+    _, small = attn.step(q[:1], q[:1], q[:1])
+    with pytest.raises(ValueError, match=r"batch 1 != 2"):
+        attn.step(q, q, q, small)
+    _, state = attn.step(q, q, q)
+    with pytest.raises(ValueError, match=r"state is torch\.float32 but this call computes in "
+                                         r"torch\.float64"):
+        attn.double().step(q.double(), q.double(), q.double(), state)

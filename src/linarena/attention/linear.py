@@ -176,9 +176,11 @@ class LinearAttention(nn.Module):
 
     def _check_state(self, state: LinearAttentionState, q: Tensor, v: Tensor,
                      dtype: torch.dtype) -> None:
-        expected = (q.shape[0], q.shape[1], self.feature_map.num_features(self.head_dim),
-                    v.shape[-1])
-        check_state(state, self._state_key(), expected, dtype, type(self).__name__)
+        expected = {"batch": q.shape[0], "heads": q.shape[1],
+                    "num_features": self.feature_map.num_features(self.head_dim),
+                    "value dim": v.shape[-1]}
+        check_state(state.feature_map, state.kv, self._state_key(), expected, dtype,
+                    type(self).__name__)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, causal={self.causal}"

@@ -62,21 +62,21 @@ def zero_padding(x: Tensor, mask: Tensor | None) -> Tensor:
     return torch.where(mask[:, None, :, None], x, 0.0)
 
 
-def check_state(state, key: str, shape: tuple[int, ...], dtype: torch.dtype, name: str) -> None:
-    """Refuse a recurrent state (LinearAttentionState) made by another map, head_dim or batch:
-    `key` is this layer's map and head_dim, `shape` its (batch, heads, num_features, d_v)."""
-    if state.feature_map != key:
-        raise ValueError(f"{name}: the state was made by {state.feature_map or 'an unknown map'}, "
+def check_state(made_by: str | None, tensor: Tensor, key: str, shape: dict[str, int],
+                dtype: torch.dtype, name: str) -> None:
+    """Refuse a recurrent state made by another layer (`made_by`, the key the layer that made
+    it recorded, against this layer's `key`), or whose `tensor` has another shape than `shape`
+    (dimension name -> size, e.g. batch, heads, ...) or another dtype."""
+    if made_by != key:
+        raise ValueError(f"{name}: the state was made by {made_by or 'an unknown layer'}, "
                          f"this layer is {key}; pass the state this layer returned.")
-    labels = ("batch", "heads", "num_features", "value dim")
-    got = tuple(state.kv.shape)
-    differ = [f"{label} {g} != {e}" for label, g, e in zip(labels, got, shape, strict=True)
-              if g != e]
+    differ = [f"{label} {got} != {expected}" for (label, expected), got
+              in zip(shape.items(), tensor.shape, strict=True) if got != expected]
     if differ:
         raise ValueError(f"{name}: the state does not fit this call ({', '.join(differ)}: "
                          "state vs inputs); pass the state returned for this batch.")
-    if state.kv.dtype != dtype:
-        raise ValueError(f"{name}: the state is {state.kv.dtype} but this call computes in "
+    if tensor.dtype != dtype:
+        raise ValueError(f"{name}: the state is {tensor.dtype} but this call computes in "
                          f"{dtype}; continue in the dtype the state was made in.")
 
 

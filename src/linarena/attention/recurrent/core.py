@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from linarena.attention.ops import delta_rule, gated_linear_attention
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
-from linarena.attention.validation import check_attention_inputs, check_head_dim
+from linarena.attention.validation import check_attention_inputs, check_head_dim, check_state
 
 
 class Recurrence(NamedTuple):
@@ -205,21 +205,10 @@ class RecurrentAttention(nn.Module):
 
     def _check_state(self, state: RecurrentState, q: Tensor, dtype: torch.dtype) -> None:
         """Refuse a state of another layer kind, batch, head count or dtype."""
-        name = type(self).__name__
-        if state.made_by != self._made_by():
-            raise ValueError(f"{name}: the state was made by {state.made_by or 'an unknown layer'}"
-                             f", this layer is {self._made_by()}; pass the state it returned.")
-        width = self.head_dim + (self.output_norm == "denominator")
-        expected = (q.shape[0], q.shape[1], self.head_dim, width)
-        labels = ("batch", "heads", "k_dim", "v_dim")
-        differ = [f"{label} {g} != {e}" for label, g, e
-                  in zip(labels, tuple(state.state.shape), expected, strict=True) if g != e]
-        if differ:
-            raise ValueError(f"{name}: the state does not fit this call ({', '.join(differ)}: "
-                             "state vs inputs); pass the state returned for this batch.")
-        if state.state.dtype != dtype:
-            raise ValueError(f"{name}: the state is {state.state.dtype} but this call computes "
-                             f"in {dtype}; continue in the dtype the state was made in.")
+        expected = {"batch": q.shape[0], "heads": q.shape[1], "k_dim": self.head_dim,
+                    "v_dim": self.head_dim + (self.output_norm == "denominator")}
+        check_state(state.made_by, state.state, self._made_by(), expected, dtype,
+                    type(self).__name__)
 
     def _check_token(self, q: Tensor, x: Tensor | None) -> None:
         name = type(self).__name__
