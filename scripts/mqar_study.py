@@ -107,18 +107,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def not_run(summary, grid: dict, attentions: list[str]) -> list[str]:
     """What the grid has and the study has not finished a point of yet: an attention's label
-    when none of its points is, else the label with the short-conv settings and widths left."""
+    when none of its points is, else the label with the short-conv settings (and widths, when
+    not every width of one is missing) left."""
     have = set(zip(summary["attention"], summary["short_conv"], summary["d_model"], strict=True))
     absent = []
     for name in attentions:
-        left = [(conv, width) for conv in grid["short_conv"] for width in grid["widths"]
-                if (name, conv, width) not in have]
-        if len(left) == len(grid["short_conv"]) * len(grid["widths"]):
+        left = {conv: [w for w in grid["widths"] if (name, conv, w) not in have]
+                for conv in grid["short_conv"]}
+        if all(len(widths) == len(grid["widths"]) for widths in left.values()):
             absent.append(label(name))
-        elif left:
-            absent.append(f"{label(name)} at " + ", ".join(
-                f"d={width} {'conv ' + str(conv) if conv else 'without conv'}"
-                for conv, width in left))
+            continue
+        parts = [(f"conv {conv}" if conv else "without conv")
+                 + ("" if len(widths) == len(grid["widths"])
+                    else " at d=" + ", ".join(map(str, widths)))
+                 for conv, widths in left.items() if widths]
+        if parts:
+            absent.append(f"{label(name)} {' and '.join(parts)}")
     return absent
 
 

@@ -23,8 +23,7 @@ if [[ "$WHAT" == all || "$WHAT" == bench ]]; then
     fi
     echo "== attention alone, bidirectional and causal"
     python scripts/benchmark_attention.py --out "$OUT/benchmark_attention.csv"
-    python scripts/benchmark_attention.py --causal --lengths 1024 4096 16384 \
-        --out "$OUT/benchmark_attention_causal.csv"
+    python scripts/benchmark_attention.py --causal --out "$OUT/benchmark_attention_causal.csv"
     echo "== full training step of the LRA text model"
     python scripts/benchmark_model.py --out "$OUT"
 fi

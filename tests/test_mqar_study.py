@@ -187,6 +187,8 @@ def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: 
     assert len(summary) == 3 and len(pd.read_csv(out / "mqar_state_size_runs.csv")) == 8
     table = (out / "mqar_state_size.md").read_text()
     assert "PARTIAL" in table  # softmax at d16 without conv has 1 of 4 lrs
+    # What the grid still lacks: whole variants, then per variant the convs and widths left.
+    assert "cosFormer;" in table and "elu+1 conv 3 at d=32, 64 and without conv;" in table
     assert "chosen on seed 1's runs" in table
     assert "| elu+1 | 3 | 85.0 (1/3) | – |" in table
     assert table.index("| softmax |") < table.index("| elu+1 |")  # registry order
