@@ -169,7 +169,7 @@ def test_a_recurrent_state_of_another_layer_batch_or_dtype_is_refused(name):
     other = "retnet" if name != "retnet" else "gla"
     q = torch.randn(2, 2, 8)
     _, foreign = build(other, causal=True, head_dim=8, heads=2).step(q, q, q)
-    with pytest.raises(ValueError, match="the state was made by .*this layer is"):
+    with pytest.raises(ValueError, match=r"the state was made by .*this layer is"):
         attn.step(q, q, q, foreign)
     _, small = attn.step(q[:1], q[:1], q[:1])
     with pytest.raises(ValueError, match=r"batch 1 != 2"):

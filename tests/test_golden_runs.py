@@ -7,17 +7,28 @@ them (the command given) or mark them stale, then pin the new losses with
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import math
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from linarena.analysis import golden
-from linarena.analysis.golden import BATCH, GOLDEN_FILE, SEED, STEPS, GoldenCase, cases, run_case
+from linarena.analysis.golden import (
+    BATCH,
+    GOLDEN_FILE,
+    SEED,
+    STEPS,
+    GoldenCase,
+    case_key,
+    cases,
+    published,
+    published_cases,
+    run_case,
+)
 
 PINNED = json.loads(GOLDEN_FILE.read_text())
 CASES = PINNED["cases"]
@@ -75,11 +86,16 @@ def test_mixture_golden_run_is_deterministic_and_fast() -> None:
     assert max(timings) < 15, f"mixture golden run took {max(timings):.1f} s"
 
 
-def test_golden_cases_of_a_result_not_run_yet_are_none() -> None:
-    path = Path(__file__).resolve().parents[1] / "scripts" / "golden_runs.py"
-    spec = importlib.util.spec_from_file_location("golden_runs", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.published("not_run_yet.csv", missing_ok=True) == []
-    with pytest.raises(FileNotFoundError):
-        script.published("not_run_yet.csv")  # a committed result must be there
+def test_every_published_attention_has_its_golden_runs_pinned() -> None:
+    """A result rerun with more attentions (a new variant in a benchmark or study) must pin
+    their golden runs too, or a later change to those variants would go unnoticed."""
+    missing = [case_key(case) for case in published_cases() if case_key(case) not in CASES]
+    assert not missing, (f"{len(missing)} published golden cases are not pinned, e.g. "
+                         f"{missing[:3]}: python scripts/golden_runs.py")
+
+
+def test_a_result_not_run_yet_has_no_golden_cases(tmp_path: Path) -> None:
+    assert published("mqar_mixture.csv", tmp_path) == []
+    pd.DataFrame({"attention": ["elu", "softmax", "elu"]}).to_csv(tmp_path / "results.csv")
+    assert published("results.csv", tmp_path) == ["elu", "softmax"]
+    assert {case.preset for case in published_cases(tmp_path)} == {"", "mqar_cpu"}

@@ -17,7 +17,9 @@ import functools
 import tempfile
 from collections.abc import Sequence
 from itertools import islice
+from pathlib import Path
 
+import pandas as pd
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
@@ -26,6 +28,7 @@ from omegaconf import DictConfig
 from torch.nn import functional as F
 
 from linarena.analysis.bench_cases import TEXT_MODEL, CaseSpec, build_classifier
+from linarena.analysis.provenance import RESULTS_DIR
 from linarena.attention.variants import CONF_DIR
 from linarena.data.batching import IGNORE_INDEX
 from linarena.training.build import build_model
@@ -93,6 +96,19 @@ def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str],
     found += [GoldenCase("mqar_mixture_cpu", name, (), mixture_files, MIXTURE_RERUN)
               for name in mixture]
     return found
+
+
+def published(csv: str, folder: Path = RESULTS_DIR) -> list[str]:
+    """The attentions of a published result (its CSV in `folder`); none for one not run yet."""
+    path = folder / csv
+    return sorted(set(pd.read_csv(path)["attention"])) if path.is_file() else []
+
+
+def published_cases(folder: Path = RESULTS_DIR) -> list[GoldenCase]:
+    """The golden cases of the results published in `folder`, over the attentions each holds:
+    a rerun that adds attentions adds their cases (pinned by scripts/golden_runs.py)."""
+    return cases(published("results.csv", folder), published("benchmark_model.csv", folder),
+                 published("mqar_state_size.csv", folder), published("mqar_mixture.csv", folder))
 
 
 def case_key(case: GoldenCase) -> str:
