@@ -81,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder for benchmark_model.csv and .png (default: results/ in the "
                              "repository)")
     parser.add_argument("--tiny", action="store_true", help="tiny model and lengths (tests)")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw benchmark_model.png from the CSV in --out (no timing)")
     parser.add_argument("--conf-dir", type=Path, default=REPO_ROOT / "conf",
                         help="Hydra config folder holding attention/<name>.yaml")
     parser.add_argument("--wandb", action="store_true",
@@ -133,8 +135,17 @@ def log_to_wandb(args: argparse.Namespace, table: pd.DataFrame, png: Path) -> No
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    specs = build_specs(args)
     csv_path, png_path = args.out / "benchmark_model.csv", args.out / "benchmark_model.png"
+    if args.replot:
+        if not csv_path.is_file():
+            print(f"benchmark_model.py: error: --replot: no {csv_path}; run the benchmark first",
+                  file=sys.stderr)
+            return 2
+        plot_benchmark(pd.read_csv(csv_path), png_path)
+        record([png_path], command_line(__file__, argv))
+        print(f"wrote {png_path}")
+        return 0
+    specs = build_specs(args)
     isolate = torch.device(args.device).type == "cpu"
     rows = run_benchmark(specs, max_seconds=args.max_seconds, isolate=isolate,
                          on_row=lambda rows: write_csv_atomic(rows, csv_path))

@@ -64,6 +64,15 @@ def test_tiny_benchmark_writes_csv_and_plot_and_skips_slow_cases(tmp_path: Path)
     assert (skipped["ms"] == "").all()
     with Image.open(tmp_path / "benchmark_model.png") as image:
         assert image.format == "PNG"
+    # --replot redraws the figure from the CSV alone: no case runs, the CSV stays as it was.
+    csv_before = (tmp_path / "benchmark_model.csv").read_bytes()
+    (tmp_path / "benchmark_model.png").unlink()
+    assert load_benchmark_model().main(["--replot", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "benchmark_model.csv").read_bytes() == csv_before
+    assert (tmp_path / "benchmark_model.png").is_file()
+    records = json.loads((tmp_path / "provenance.json").read_text())
+    assert "--replot" in records["benchmark_model.png"]["command"]
+    assert "--replot" not in records["benchmark_model.csv"]["command"]
 
 
 @pytest.mark.parametrize("what", ["model_step", "attention_fwd_bwd"])
