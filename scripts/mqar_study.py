@@ -34,7 +34,6 @@ from linarena.analysis.mqar_results import (
     RECALL_THRESHOLD,
     accuracy_table,
     load_archive,
-    load_study,
     summarize,
 )
 from linarena.analysis.mqar_study import load_grid, preset_protocol, run_study, study_runs
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             counts = run_study(args.preset, root, args.attention, args.jobs, args.threads,
                                args.overrides, archived)
             print(f"outcomes: {counts}", flush=True)
-        runs = study_runs(root, archived) if archived is not None else load_study([root])
+        runs = study_runs(root, archived)
     except (ValueError, FileNotFoundError) as error:
         print(f"mqar_study.py: error: {error}", file=sys.stderr)
         return 2

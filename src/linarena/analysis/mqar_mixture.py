@@ -14,7 +14,6 @@ rate and step budget (only the attention and the seed may differ).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -24,7 +23,7 @@ import pandas as pd
 
 from linarena.analysis.mqar_results import RECALL_THRESHOLD
 from linarena.analysis.order import attention_label, attention_sort_key
-from linarena.analysis.runs import schema_version
+from linarena.analysis.runs import parse_summary_file, schema_version
 from linarena.metrics import TEST_ACC_PER_SETTING
 from linarena.training.summary import SUMMARY_FILE
 
@@ -57,10 +56,7 @@ def _setting_accuracies(metrics: Mapping[str, Any]) -> dict[tuple[int, int], flo
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
+    summary = parse_summary_file(path)
     if not isinstance(summary, dict):
         raise ValueError(f"{path}: not a linarena summary.json (not a JSON object)")
     return summary

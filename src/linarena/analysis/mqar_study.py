@@ -205,6 +205,8 @@ def _todo(points: Sequence[StudyPoint], root: Path, names: Sequence[str],
 
 def study_runs(root: Path, archived: pd.DataFrame | None) -> pd.DataFrame:
     """The finished runs: the study folder's and the archived ones."""
+    if archived is None:
+        return load_study([root])
     has_runs = root.is_dir() and any(root.rglob(SUMMARY_FILE))
     return combine(load_study([root]) if has_runs else None, archived)
 

@@ -145,6 +145,15 @@ def _folder_sweep(path: Path, root: Path) -> str:
         else "runs"
 
 
+def parse_summary_file(path: Path) -> Any:
+    """The parsed JSON of a summary.json file; malformed JSON is a ValueError naming the file
+    and line."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
+
+
 def load_local_runs(
     dirs: Iterable[str | Path], filters: Mapping[str, Any], include_debug: bool = False
 ) -> list[RunRecord]:
@@ -163,10 +172,7 @@ def load_local_runs(
             "its Hydra output folder (outputs/runs/<date>_<time>_<data>_<attention>/ or outputs/multiruns/<date>_<time>/<job>/)")
     records = []
     for path, root in paths:
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
+        summary = parse_summary_file(path)
         if isinstance(summary, Mapping) and summary.get("debug") and not include_debug:
             continue
         if not isinstance(summary, Mapping) or summary_matches(summary, filters):
