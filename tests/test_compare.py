@@ -283,3 +283,19 @@ def test_a_summary_that_is_not_an_object_is_a_clear_error(tmp_path: Path, capsys
     (tmp_path / "summary.json").write_text("[]")
     assert run_compare("--runs", tmp_path, "--out", tmp_path / "out") == 2
     assert "not a linarena summary.json (a JSON list, not an object)" in capsys.readouterr().err
+
+
+def test_scatter_names_are_numbered_only_for_a_task_several_sweeps_share(tmp_path: Path) -> None:
+    """results/sweeps/{listops,mqar} (one task each) keep scatter_<task>.png, the names the
+    README and the golden cases use; two sweeps of one task get scatter_<number>_<task>.png."""
+    sweeps = {"a-listops": "listops", "b-text": "text", "c-listops-again": "listops"}
+    for sweep, task in sweeps.items():
+        for seed, attention in enumerate(("softmax", "performer"), start=1):
+            folder = tmp_path / "sweeps" / sweep / str(seed)
+            folder.mkdir(parents=True)
+            (folder / "summary.json").write_text(
+                json.dumps(summary(task, attention, seed, 0.5, 100.0, 10.0)))
+    out = tmp_path / "out"
+    assert run_compare("--runs", tmp_path / "sweeps", "--out", out) == 0
+    assert sorted(p.name for p in out.glob("scatter_*.png")) == [
+        "scatter_1_listops.png", "scatter_3_listops.png", "scatter_text.png"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -75,6 +76,10 @@ def write_plots(table: pd.DataFrame, out: Path) -> tuple[list[str], list[Path]]:
     trials of an Optuna search, share a plot); returns a line per folder for the listing and
     the files written."""
     folders = sorted({folder_of(sweep) for sweep in table["sweep"]})
+    # A task in one folder only keeps the plain name (stable across reruns that add folders);
+    # a task several folders share gets the folder's number.
+    pairs = zip(table["sweep"], table["task"], strict=True)
+    folders_of_task = Counter(task for _, task in {(folder_of(s), t) for s, t in pairs})
     listing, written = [], []
     for number, folder in enumerate(folders, start=1):
         of_folder = table[[folder_of(sweep) == folder for sweep in table["sweep"]]]
@@ -82,7 +87,8 @@ def write_plots(table: pd.DataFrame, out: Path) -> tuple[list[str], list[Path]]:
             rows = of_folder[of_folder["task"] == task]
             if not rows["n"].gt(0).any():
                 continue  # every run failed: nothing to place
-            name = f"scatter_{task}.png" if len(folders) == 1 else f"scatter_{number}_{task}.png"
+            shared = folders_of_task[task] > 1
+            name = f"scatter_{number}_{task}.png" if shared else f"scatter_{task}.png"
             plot_accuracy_vs_throughput(rows, task, folder, out / name)
             written.append(out / name)
         listing.append(f"  {number}: {folder}")
@@ -134,6 +140,7 @@ def main(argv: list[str] | None = None, default_out: Path = Path("results/compar
         for sweep in sweeps:
             print(f"  {sweep} ({sum(r.sweep == sweep for r in records)} runs)")
     if len(listing) > 1:
-        print("Plots scatter_<number>_<task>.png, by folder:", *listing, sep="\n")
+        print("Folders (scatter_<number>_<task>.png where folders share a task):", *listing,
+              sep="\n")
     print(f"{len(records)} runs; wrote results.csv, results.md and scatter plots to {args.out}")
     return 0
