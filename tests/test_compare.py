@@ -299,3 +299,20 @@ def test_scatter_names_are_numbered_only_for_a_task_several_sweeps_share(tmp_pat
     assert run_compare("--runs", tmp_path / "sweeps", "--out", out) == 0
     assert sorted(p.name for p in out.glob("scatter_*.png")) == [
         "scatter_1_listops.png", "scatter_3_listops.png", "scatter_text.png"]
+
+
+def test_a_sweep_outside_the_log_dir_is_named_as_found_not_by_its_absolute_path(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """hydra.sweep.dir=results/sweeps/mqar records the absolute folder in the summary's sweep
+    label; the committed table names it as it was found (results/sweeps/mqar), so it holds no
+    machine's paths, and the settings after the folder stay."""
+    job = tmp_path / "results" / "sweeps" / "mqar" / "0_softmax_s1"
+    job.mkdir(parents=True)
+    label = f"{job.parent.resolve()}: experiment=mqar_cpu"
+    (job / "summary.json").write_text(
+        json.dumps({**summary("mqar", "softmax", 1, 0.5, 100.0, 10.0), "sweep": label}))
+    monkeypatch.chdir(tmp_path)
+    assert run_compare("--runs", "results/sweeps", "--out", "out") == 0
+    table = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert list(table["sweep"]) == ["results/sweeps/mqar: experiment=mqar_cpu"]

@@ -145,6 +145,20 @@ def _folder_sweep(path: Path, root: Path) -> str:
         else "runs"
 
 
+def _portable_sweep(label: str, path: Path) -> str:
+    """A sweep label whose folder is absolute (a multirun folder outside paths.log_dir, e.g.
+    hydra.sweep.dir=results/sweeps/mqar) names it as the run was found, e.g.
+    "results/sweeps/mqar: ...", so a table does not carry one machine's paths. A folder that
+    holds no ancestor of ``path`` (runs moved elsewhere) keeps its label."""
+    folder, separator, settings = label.partition(": ")
+    if not Path(folder).is_absolute():
+        return label
+    for ancestor in path.parents:
+        if ancestor.resolve() == Path(folder).resolve():
+            return f"{ancestor}{separator}{settings}"
+    return label
+
+
 def parse_summary_file(path: Path) -> Any:
     """The parsed JSON of a summary.json file; malformed JSON is a ValueError naming the file
     and line."""
@@ -176,7 +190,8 @@ def load_local_runs(
         if isinstance(summary, Mapping) and summary.get("debug") and not include_debug:
             continue
         if not isinstance(summary, Mapping) or summary_matches(summary, filters):
-            records.append(record_from_summary(summary, str(path), _folder_sweep(path, root)))
+            record = record_from_summary(summary, str(path), _folder_sweep(path, root))
+            records.append(dataclasses.replace(record, sweep=_portable_sweep(record.sweep, path)))
     return records
 
 
