@@ -61,7 +61,9 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
         ax.grid(True, which="major", alpha=0.3)
         ax.set_ylim(-2, 102)
     axes[0][0].set_ylabel("MQAR test accuracy (%): line median, points seeds")
-    axes[0][-1].legend(fontsize=8, loc="best")
+    # Beside the panels: inside, with 11 variants, it hid the seeds' points.
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                       borderaxespad=0.0)
     if title:
         fig.suptitle(title, fontsize=10)
     _save(fig, path)
