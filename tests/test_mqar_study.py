@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from mqar_helpers import PRESET, fake_run
 from omegaconf import OmegaConf
 from PIL import Image
 from training_helpers import compose_config
@@ -34,29 +35,6 @@ from linarena.analysis.mqar_study import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PRESET = "mqar_study_cpu"
-
-
-def fake_run(root: Path, attention: str, d_model: int, conv: int, lr: float, val: float,
-             test: float, seed: int = 1) -> Path:
-    """A finished run folder as the study writes it: the real composed config, fake metrics."""
-    point = StudyPoint(d_model, conv, lr, seed)
-    folder = root / point.folder_name / attention
-    cfg = compose_config([f"experiment={PRESET}", f"attention={attention}", f"seed={seed}",
-                          f"model.d_model={d_model}", f"model.short_conv={conv}", f"optim.lr={lr}"])
-    (folder / ".hydra").mkdir(parents=True)
-    OmegaConf.save(cfg, folder / ".hydra" / "config.yaml")
-    OmegaConf.save({"hydra": {"runtime": {"choices": {"attention": attention}}}},
-                   folder / ".hydra" / "hydra.yaml")
-    metrics = {"test/acc": test, "val/acc_best": val}
-    # summary.json names the class: "linear" for every LinearAttention variant.
-    name = "linear" if attention == "taylor" else attention
-    (folder / "summary.json").write_text(json.dumps(
-        {"task": "mqar", "attention": name, "seed": seed, "metrics": metrics, "global_step": 300,
-         "commit": "c0ffee"}))
-    (folder / "checkpoints").mkdir()
-    (folder / "checkpoints" / f"best-step{200 + seed}-acc{val:.4f}.ckpt").touch()
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +127,22 @@ def test_summary_gives_the_median_over_seeds_and_the_seeds_that_recalled(study: 
     assert elu["test_acc_median"] == 0.85 and elu["lrs_tried"] == 3
     assert elu["best_step_median"] == 202 and elu["lr_chosen_on"] == "seed 1"
     assert summary.loc[("softmax", 0, 16), "state_kind"] == "kv_cache"
+
+
+def test_a_diverged_run_is_a_tried_lr_that_is_never_chosen_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # train.py writes a diverged run's summary.json with null metrics and `diverged`.
+    folder = fake_run(tmp_path, "performer", 64, 0, 3.16e-2, val=None, test=None)
+    summary = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps(summary | {"diverged": "Training diverged"}))
+    only_diverged = choose_lr(load_study([tmp_path]))
+    assert only_diverged[("performer", 0, 64)] == 3.16e-2  # nothing else to choose
+    fake_run(tmp_path, "performer", 64, 0, 1e-2, val=0.30, test=0.25)
+    row = summarize(load_study([tmp_path]), lr_seed=1).iloc[0]
+    assert (row["chosen_lr"], row["lrs_tried"], row["test_acc_median"]) == (1e-2, 2, 0.25)
+    Progress(total_runs=2).report(StudyPoint(64, 0, 3.16e-2, 1), ["performer"], tmp_path, "ok")
+    assert "performer: diverged at step 300 (no accuracy)" in capsys.readouterr().out
 
 
 def test_later_seeds_run_only_at_the_lr_their_first_seed_chose(study: Path) -> None:

@@ -106,6 +106,7 @@ def test_divergence_keeps_a_clean_checkpoint_and_its_advice_works(
     resumed = run_train([*advice, "trainer.enable_progress_bar=false"], tmp_path, data_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert summary(run)["global_step"] == 6
+    assert "diverged" not in summary(run)  # the resumed run's summary replaces the diverged one
 
 
 @pytest.mark.slow
@@ -127,6 +128,7 @@ def test_a_signal_saves_a_checkpoint_says_how_to_resume_and_exits_non_zero(
     resumed = run_train(resume_command(stopped.stderr), tmp_path, data_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert summary(run)["global_step"] == 6
+    assert "diverged" not in summary(run)  # the resumed run's summary replaces the diverged one
 
 
 @pytest.mark.slow

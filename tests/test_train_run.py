@@ -148,7 +148,10 @@ def test_diverging_run_stops_with_a_message_and_keeps_the_last_good_checkpoint(
     checkpoint = torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 2  # saved at the last validation before the divergence
     assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values())
-    assert not (output_dir / "summary.json").exists()
+    # The run is a result (this setting fails), said as such: no accuracy, and why.
+    summary = json.loads((output_dir / "summary.json").read_text())
+    assert summary["metrics"]["test/acc"] is None and summary["metrics"]["val/acc_best"] is None
+    assert "diverged by step 4" in summary["diverged"] and summary["global_step"] == 4
 
 
 def test_multirun_gives_each_job_its_own_folder_summary_and_wandb_run(

@@ -40,15 +40,16 @@ BATCH = 4         # examples per step
 SEED = 1          # the training seed of the published runs' first seed
 BENCH_LENGTH = 32  # tokens per sequence in the benchmark model's golden run
 
-LISTOPS_RERUN = ("python train.py -m attention=softmax,elu,performer,cosformer seed=1,2,3 "
+LISTOPS_RERUN = ("python train.py -m attention=<the variants> seed=1,2,3 "
                  "trainer.max_steps=300 hydra.sweep.dir=results/sweeps/listops, then "
                  "python scripts/compare.py --runs results/sweeps --published --out docs/results "
                  "(bash scripts/reproduce_results.sh runs both)")
-MQAR_CPU_RERUN = ("python train.py -m experiment=mqar_cpu attention=softmax,elu,performer,"
-                  "cosformer seed=1,2,3 hydra.sweep.dir=results/sweeps/mqar, then "
+MQAR_CPU_RERUN = ("python train.py -m experiment=mqar_cpu attention=<the variants> "
+                  "seed=1,2,3 hydra.sweep.dir=results/sweeps/mqar, then "
                   "python scripts/compare.py --runs results/sweeps --published --out docs/results")
 STUDY_RERUN = ("python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 "
-               "--out docs/results")
+               "--out docs/results, then scripts/mqar_step_budget.py (bash "
+               "scripts/reproduce_results.sh study runs both)")
 BENCH_RERUN = "python scripts/benchmark_model.py --out docs/results"
 MIXTURE_RERUN = ("python train.py -m experiment=mqar_mixture_cpu attention=<the variants> "
                  "seed=1,2,3 hydra.sweep.dir=results/mqar_mixture, then python "
@@ -86,8 +87,9 @@ def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str],
     for name in bench:
         found.append(GoldenCase("benchmark_model", name, (),
                                 ("benchmark_model.csv", "benchmark_model.png"), BENCH_RERUN))
-    study_files = tuple(f"mqar_state_size{suffix}" for suffix in
-                        (".csv", "_runs.csv", ".md", ".png"))
+    # The step-budget check reruns the study's points with more steps: same preset.
+    study_files = (*(f"mqar_state_size{suffix}" for suffix in (".csv", "_runs.csv", ".md", ".png")),
+                   *(f"mqar_step_budget{suffix}" for suffix in (".csv", "_runs.csv", ".md")))
     for name in study:
         for conv in (3, 0):
             found.append(GoldenCase("mqar_study_cpu", name, (f"model.short_conv={conv}",),

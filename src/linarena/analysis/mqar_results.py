@@ -147,10 +147,14 @@ def combine(runs: pd.DataFrame | None, archived: pd.DataFrame | None) -> pd.Data
 
 def choose_lr(runs: pd.DataFrame) -> pd.Series:
     """Per (attention, short_conv, d_model): the lr with the highest median val/acc_best over
-    its seeds; ties (within TIE) go to the lower lr. Test accuracy is never read."""
+    its seeds; ties (within TIE) go to the lower lr. Test accuracy is never read. A diverged
+    run has no val/acc_best: its lr is never chosen unless every lr diverged (then the lowest)."""
     chosen = {}
     for key, group in runs.groupby(GROUP):
         per_lr = group.groupby("lr")["val_acc_best"].median().sort_index()
+        if per_lr.isna().all():
+            chosen[key] = float(per_lr.index[0])
+            continue
         best = per_lr.max()
         chosen[key] = float(per_lr[per_lr >= best - TIE].index[0])
     return pd.Series(chosen, name="lr").rename_axis(GROUP)

@@ -171,7 +171,9 @@ class Progress:
         folder = root / point.folder_name / name
         summary = read_summary(folder) or {}
         metrics = summary.get("metrics", {})
-        if "test/acc" in metrics:
+        if summary.get("diverged"):
+            result = f"diverged at step {summary.get('global_step')} (no accuracy)"
+        elif metrics.get("test/acc") is not None:
             result = (f"test {100 * metrics['test/acc']:.1f}%, val "
                       f"{100 * metrics['val/acc_best']:.1f}%, {summary.get('global_step')} "
                       f"steps, {summary.get('duration_s', 0):.0f} s")
@@ -183,7 +185,7 @@ class Progress:
               f"ETA {left / 60:.0f} min", flush=True)
 
 
-def _run_points(tasks: list[tuple[StudyPoint, list[str]]], preset: str, root: Path, jobs: int,
+def run_tasks(tasks: list[tuple[StudyPoint, list[str]]], preset: str, root: Path, jobs: int,
                 threads: int, extra: Sequence[str], counts: dict[str, int]) -> None:
     """Train each (point, attentions) task, `jobs` at a time, printing one line per run."""
     progress = Progress(sum(len(names) for _, names in tasks))
@@ -230,13 +232,13 @@ def run_study(
           f"{sum(len(left) for _, left in todo)} runs to go, {jobs} points at a time; "
           f"per-run logs in {root}/<point>/console.log", flush=True)
     counts: dict[str, int] = {}
-    _run_points(todo, preset, root, jobs, threads, extra, counts)
+    run_tasks(todo, preset, root, jobs, threads, extra, counts)
     if grid["lr_seed"] is None:
         return counts
     later = _later_seed_tasks(grid, root, names, archived)
     print(f"{preset}: lr chosen on seed {grid['lr_seed']}; {sum(len(n) for _, n in later)} "
           "runs of the other seeds to go", flush=True)
-    _run_points(later, preset, root, jobs, threads, extra, counts)
+    run_tasks(later, preset, root, jobs, threads, extra, counts)
     return counts
 
 

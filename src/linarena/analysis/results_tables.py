@@ -91,6 +91,12 @@ def mqar_study_table(folder: Path) -> str:
     return (folder / "mqar_state_size.md").read_text().strip()
 
 
+def mqar_step_budget_table(folder: Path) -> str:
+    """The step-budget check's table as mqar_step_budget.py wrote it (caption and cells), made
+    from the study's runs and the longer runs by that script (mqar_step_budget.csv)."""
+    return (folder / "mqar_step_budget.md").read_text().strip()
+
+
 def mqar_mixture_table(folder: Path) -> str:
     """The mixture report's table as mqar_mixture.py wrote it (caption and cells), made from
     the runs' per-setting accuracies by that script (mqar_mixture.csv holds the cells)."""
@@ -106,12 +112,14 @@ TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
     "model": (("benchmark_model.csv",), model_table),
     "training": (("results.csv",), training_table),
     "mqar_state_size": (("mqar_state_size.csv", "mqar_state_size.md"), mqar_study_table),
+    "mqar_step_budget": (("mqar_step_budget.csv", "mqar_step_budget.md"),
+                         mqar_step_budget_table),
     "mqar_mixture": (("mqar_mixture.csv", "mqar_mixture.md"), mqar_mixture_table),
 }
 # name -> the scripts/reproduce_results.sh stage that writes its source files.
 STAGES = {"attention": "bench", "attention_causal": "bench", "performer_error": "bench",
           "model": "bench", "training": "sweeps", "mqar_state_size": "study",
-          "mqar_mixture": "mixture"}
+          "mqar_step_budget": "study", "mqar_mixture": "mixture"}
 
 
 def provenance_lines(sources: tuple[str, ...], records: dict) -> list[str]:

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from linarena.analysis.provenance import code_version
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.training.build import build_components
-from linarena.training.errors import ConfigError
+from linarena.training.errors import ConfigError, NonFiniteStateError
 from linarena.training.resume import (
     append_history,
     check_checkpoint_fits,
@@ -102,6 +102,18 @@ def train(cfg: DictConfig) -> float:
         )
     except SIGTERMException:  # SIGTERM or SIGINT, while training or testing (signals.py)
         raise parts.signals.stopped(trainer, output_dir) from None
+    except NonFiniteStateError as err:
+        # A diverged run is a result (this lr fails), not a missing one: its summary.json says
+        # so, with no accuracy, so studies and comparisons count it instead of rerunning it.
+        if trainer.is_global_zero:
+            write_summary(output_dir, build_summary(cfg, parts.precision, {}, {
+                "output_dir": str(output_dir), "device": parts.module.device.type,
+                "commit": code_version(), "world_size": parts.perf.world_size,
+                "global_step": trainer.global_step,
+                "duration_s": round(time.monotonic() - started, 1),
+                "tested_checkpoint": None, "resumes": history, "diverged": str(err),
+            }))
+        raise
     metrics = {
         **{key: tested[0].get(key) for key in (TEST_ACC.key, TEST_LOSS.key)},
         VAL_ACC_BEST.key: best_val,

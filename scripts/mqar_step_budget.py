@@ -1,0 +1,104 @@
+"""Was the MQAR study's step budget enough? Rerun its points with more steps and compare.
+
+Reads a finished study's runs CSV (mqar_study.py's <name>_runs.csv), takes the points at
+--widths and --short-conv with the lr the study chose for each (on validation, on the grid's
+lr_seed), and trains every seed of the grid there with trainer.max_steps=--max-steps, one run
+each in <root>/<run id>/ (finished runs are skipped, so the command resumes; --resume-from the
+runs CSV it wrote counts those runs as finished too). Then writes into --out <name>_runs.csv
+(the longer runs), <name>.csv (per point, both budgets: median test accuracy, seeds at 90%,
+median best step, median gain) and <name>.md (that table), with their provenance records.
+
+    python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \\
+        --max-steps 4000 --jobs 2 --root results/mqar_step_budget --out docs/results \\
+        --study docs/results/mqar_state_size_runs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from linarena.analysis.mqar_results import load_archive
+from linarena.analysis.mqar_step_budget import caption, chosen_points, compare, comparison_table
+from linarena.analysis.mqar_step_budget import plan as plan_tasks
+from linarena.analysis.mqar_study import load_grid, missing, preset_protocol, run_tasks, study_runs
+from linarena.analysis.provenance import command_line, record
+from linarena.attention.variants import check_variant_names, variant_names
+from linarena.files import write_atomic, write_text_atomic
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="mqar_study_cpu", help="the study's preset")
+    parser.add_argument("--study", type=Path, required=True,
+                        help="the study's runs CSV (mqar_study.py's <name>_runs.csv)")
+    parser.add_argument("--widths", type=int, nargs="+", required=True, help="d_model points")
+    parser.add_argument("--short-conv", type=int, nargs="+", default=[3, 0],
+                        help="short-conv settings of the points")
+    parser.add_argument("--attention", nargs="+", default=None,
+                        help="only these variants (default: every file of conf/attention/)")
+    parser.add_argument("--max-steps", type=int, required=True,
+                        help="trainer.max_steps of the longer runs")
+    parser.add_argument("--root", type=Path, default=Path("results/mqar_step_budget"),
+                        help="folder of the run folders")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+    parser.add_argument("--resume-from", type=Path, default=None,
+                        help="a runs CSV this script wrote (<name>_runs.csv): its runs count "
+                             "as finished and go into the report")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the CSVs and the table go (default --root)")
+    parser.add_argument("--name", default="mqar_step_budget", help="file name stem of outputs")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = args.out or args.root
+    longer_steps = [f"trainer.max_steps={args.max_steps}"]
+    try:
+        names = check_variant_names(args.attention) if args.attention else variant_names()
+        grid = load_grid(args.preset)
+        study = load_archive(args.study, preset_protocol(args.preset))
+        points = chosen_points(study, grid["lr_seed"], args.widths, args.short_conv, names)
+        if points.empty:
+            raise ValueError(f"{args.study} has no run at d_model {args.widths} with short conv "
+                             f"{args.short_conv} for {names}: pick points the study has")
+        tasks = plan_tasks(points, grid["seeds"])
+        archived = (None if args.resume_from is None else
+                    load_archive(args.resume_from, preset_protocol(args.preset, longer_steps)))
+        done = frozenset() if archived is None else frozenset(archived["run"])
+        if not args.report_only:
+            todo = [(p, left) for p, names_at in tasks
+                    if (left := missing(p, args.root, names_at, done))]
+            print(f"{len(points)} points x {len(grid['seeds'])} seeds at max_steps "
+                  f"{args.max_steps}: {sum(len(n) for _, n in todo)} runs to go", flush=True)
+            counts: dict[str, int] = {}
+            run_tasks(todo, args.preset, args.root, args.jobs, args.threads, longer_steps, counts)
+            print(f"outcomes: {counts}", flush=True)
+        longer = study_runs(args.root, archived)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"mqar_step_budget.py: error: {error}", file=sys.stderr)
+        return 2
+    longer = longer[longer["max_steps"] == args.max_steps]
+    table = compare(study, longer, points)
+    if table.empty:
+        print(f"mqar_step_budget.py: error: no run with max_steps {args.max_steps} at the "
+              f"chosen points under {args.root} yet: run without --report-only", file=sys.stderr)
+        return 2
+    planned = sum(len(names_at) for _, names_at in tasks)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{args.name}{suffix}" for suffix in ("_runs.csv", ".csv", ".md")]
+    write_atomic(paths[0], lambda f: longer.to_csv(f, index=False))
+    write_atomic(paths[1], lambda f: table.to_csv(f, index=False))
+    write_text_atomic(paths[2], caption(table, planned, int(table["seeds"].sum()))
+                      + comparison_table(table, variant_names()))
+    record(paths, command_line(__file__, argv))
+    print(f"{len(longer)} longer runs -> {paths[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Was the MQAR study's step budget enough? Its points rerun with more steps, same lr and seeds.
+
+The state-size study (mqar_study.py) stops a run at val accuracy 0.99 or at trainer.max_steps,
+and max_steps is enough when the median run has stopped improving by then. The median step of
+the best validation accuracy cannot say that alone: on the chance plateau that step is noise.
+So the check reruns chosen points of the finished study with a larger max_steps, at the lr the
+study chose for each (on validation) and with every seed of its grid, so that the budget is the
+only change, and compares per point: the median test accuracy, the seeds that reached 90% and
+the median step of the best validation accuracy, at both budgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from linarena.analysis.mqar_results import GROUP, RECALL_THRESHOLD, choose_lr
+from linarena.analysis.mqar_study import StudyPoint
+
+# Learning rates are floats read back from CSVs and configs: matched at this many digits.
+LR_DIGITS = 10
+KEY = [*GROUP, "lr", "seed"]
+
+
+def chosen_points(study: pd.DataFrame, lr_seed: int | None, widths: Sequence[int],
+                  short_convs: Sequence[int], attentions: Sequence[str]) -> pd.DataFrame:
+    """The study's (attention, short_conv, d_model) points at `widths` and `short_convs` for
+    `attentions`, each with the lr the study chose (on lr_seed's runs, or every seed's when
+    None): columns GROUP + ["lr"]."""
+    basis = study if lr_seed is None else study[study["seed"] == lr_seed]
+    chosen = choose_lr(basis).reset_index()
+    keep = (chosen["d_model"].isin(widths) & chosen["short_conv"].isin(short_convs)
+            & chosen["attention"].isin(attentions))
+    return chosen[keep].reset_index(drop=True)
+
+
+def plan(points: pd.DataFrame, seeds: Sequence[int]) -> list[tuple[StudyPoint, list[str]]]:
+    """One (StudyPoint, attentions) task per (width, short conv, lr, seed): every seed of each
+    chosen point, the attentions that share a point trained by one train.py call."""
+    tasks: dict[StudyPoint, list[str]] = {}
+    for seed in seeds:
+        for row in points.itertuples():
+            point = StudyPoint(int(row.d_model), int(row.short_conv), float(row.lr), int(seed))
+            tasks.setdefault(point, []).append(row.attention)
+    return list(tasks.items())
+
+
+def _at_points(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `runs` at the points' (attention, short_conv, d_model, lr)."""
+    keyed = points.assign(lr=points["lr"].round(LR_DIGITS))
+    return runs.assign(lr=runs["lr"].round(LR_DIGITS)).merge(keyed, on=[*GROUP, "lr"])
+
+
+def compare(study: pd.DataFrame, longer: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Per point: median test accuracy, seeds that recalled and median best step in the study
+    (`study` runs) and in the longer runs (`longer`), over the seeds both have; `gain_median`
+    is the median over those seeds of (longer - study) test accuracy."""
+    short = _at_points(study, points)
+    long = _at_points(longer, points)
+    paired = short.merge(long, on=KEY, suffixes=("_study", "_longer"))
+    rows = []
+    for key, group in paired.groupby([*GROUP, "lr"]):
+        rows.append({
+            **dict(zip([*GROUP, "lr"], key, strict=True)), "label": group["label_study"].iloc[0],
+            "seeds": len(group),
+            **{f"{what}_{side}": value for side in ("study", "longer") for what, value in (
+                ("max_steps", int(group[f"max_steps_{side}"].iloc[0])),
+                ("test_acc_median", group[f"test_acc_{side}"].median()),
+                ("recalled", int((group[f"test_acc_{side}"] >= RECALL_THRESHOLD).sum())),
+                ("best_step_median", group[f"best_step_{side}"].median()))},
+            "gain_median": (group["test_acc_longer"] - group["test_acc_study"]).median(),
+        })
+    return pd.DataFrame(rows)
+
+
+def comparison_table(table: pd.DataFrame, order: Sequence[str]) -> str:
+    """Markdown, a row per point in `order` of attentions: median test accuracy % (seeds that
+    reached 90%) at each budget, the median gain, and the median best step at each budget."""
+    first = table.iloc[0]
+    short, long = f"{first['max_steps_study']:,}", f"{first['max_steps_longer']:,}"
+    lines = [f"| attention | short conv | d_model | lr | {short} steps | {long} steps | "
+             f"median gain | best step ({short} → {long}) |", "|---|---|---|---|---|---|---|---|"]
+    rank = {name: index for index, name in enumerate(order)}
+    table = table.sort_values(["short_conv", "d_model"], ascending=[False, True], kind="stable")
+    table = table.sort_values("attention", key=lambda names: names.map(rank), kind="stable")
+    for row in table.itertuples():
+        lines.append(
+            f"| {row.label} | {row.short_conv or 'off'} | {row.d_model} | {row.lr:g} | "
+            f"{100 * row.test_acc_median_study:.1f} ({row.recalled_study}/{row.seeds}) | "
+            f"{100 * row.test_acc_median_longer:.1f} ({row.recalled_longer}/{row.seeds}) | "
+            f"{100 * row.gain_median:+.1f} | {row.best_step_median_study:,.0f} → "
+            f"{row.best_step_median_longer:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def caption(table: pd.DataFrame, planned: int, done: int) -> str:
+    """What the table shows, above it in <name>.md; says so when runs are still missing."""
+    first = table.iloc[0]
+    text = (f"The state-size study's points rerun with trainer.max_steps "
+            f"{first['max_steps_longer']:,} instead of {first['max_steps_study']:,}, at the lr the "
+            f"study chose for each (on validation) and with the same seeds; early stop at val "
+            f"acc 0.99 in both. Each cell: median test accuracy (%) over seeds and (k/n) the seeds "
+            f"that reached {100 * RECALL_THRESHOLD:.0f}%; median gain: the median over seeds of "
+            f"the longer run's test accuracy minus the study's; best step: the median step of the "
+            f"best validation accuracy.\n\n")
+    if done < planned:
+        text = (f"PARTIAL: {done} of {planned} runs finished; points with fewer seeds than the "
+                f"study are incomplete.\n\n" + text)
+    return text
