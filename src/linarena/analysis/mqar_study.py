@@ -131,7 +131,7 @@ def run_point(
     extra: Sequence[str] = (),
 ) -> str:
     """Train the unfinished attentions at `point` (one train.py -m call) unless another study
-    process holds it. Returns "done", "busy", "ok" or "failed (exit N)"."""
+    process holds it. Returns "done", "busy", "ok", "ok (a run diverged)" or "failed (...)"."""
     folder = root / point.folder_name
     try:
         with build_lock(folder, timeout=0):
@@ -146,7 +146,10 @@ def run_point(
                 code = subprocess.call([*point.command(preset, todo, root), *extra],
                                        stdout=console, stderr=subprocess.STDOUT, env=env)
             left = missing(point, root, attentions)
-            return "ok" if code == 0 and not left else f"failed (exit {code}, missing {left})"
+            if left:
+                return f"failed (exit {code}, missing {left})"
+            # train.py exits 1 for a diverged run, which still wrote its summary.json
+            return "ok" if code == 0 else "ok (a run diverged)"
     except Timeout:
         return "busy"
 
