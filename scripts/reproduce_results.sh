@@ -11,9 +11,6 @@ OUT=docs/results
 WHAT="${1:-all}"
 # Every variant of conf/attention/, comma-separated for Hydra's multirun.
 ATTENTIONS="$(python -c "from linarena.attention.variants import variant_names; print(','.join(variant_names()))")"
-# The step-budget check's variants (space-separated): the ones whose d_model 16 runs (with the
-# conv) had their best validation accuracy late in the study; see the README.
-STEP_BUDGET_ATTENTIONS="elu squared_relu retnet mamba2 deltanet gated_deltanet cosformer gla"
 
 if [[ "$WHAT" == all || "$WHAT" == bench ]]; then
     # The attention benchmark times performer-pytorch beside linarena's Performer: without the
@@ -47,7 +44,7 @@ if [[ "$WHAT" == all || "$WHAT" == study ]]; then
         --out "$OUT"
     echo "== was 2,000 steps enough? the d_model 16 points with the conv rerun at 4,000 steps"
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
-        --max-steps 4000 --attention $STEP_BUDGET_ATTENTIONS --jobs 2 \
+        --max-steps 4000 --jobs 2 \
         --root results/mqar_step_budget --study "$OUT/mqar_state_size_runs.csv" --out "$OUT"
 fi
 
