@@ -100,7 +100,9 @@ def caption(table: pd.DataFrame, planned: int, done: int) -> str:
     text = (f"The state-size study's points rerun with trainer.max_steps "
             f"{first['max_steps_longer']:,} instead of {first['max_steps_study']:,}, at the lr the "
             f"study chose for each (on validation) and with the same seeds; early stop at val "
-            f"acc 0.99 in both. Each cell: median test accuracy (%) over seeds and (k/n) the seeds "
+            f"acc 0.99 in both. The preset's lr schedule spans the longer budget (a cosine decay "
+            f"reaches 0 at the new max_steps), so a longer run is not the study's run "
+            f"continued. Each cell: median test accuracy (%) over seeds and (k/n) the seeds "
             f"that reached {100 * RECALL_THRESHOLD:.0f}%; median gain: the median over seeds of "
             f"the longer run's test accuracy minus the study's; best step: the median step of the "
             f"best validation accuracy.\n\n")
