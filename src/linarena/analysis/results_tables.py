@@ -85,22 +85,10 @@ def training_table(folder: Path) -> str:
                      "peak memory (MB)"], rows)
 
 
-def mqar_study_table(folder: Path) -> str:
-    """The state-size study's table as mqar_study.py wrote it (caption and cells), made from
-    mqar_state_size.csv by that script."""
-    return (folder / "mqar_state_size.md").read_text().strip()
-
-
-def mqar_step_budget_table(folder: Path) -> str:
-    """The step-budget check's table as mqar_step_budget.py wrote it (caption and cells), made
-    from the study's runs and the longer runs by that script (mqar_step_budget.csv)."""
-    return (folder / "mqar_step_budget.md").read_text().strip()
-
-
-def mqar_mixture_table(folder: Path) -> str:
-    """The mixture report's table as mqar_mixture.py wrote it (caption and cells), made from
-    the runs' per-setting accuracies by that script (mqar_mixture.csv holds the cells)."""
-    return (folder / "mqar_mixture.md").read_text().strip()
+def written_table(markdown_file: str) -> Callable[[Path], str]:
+    """A table a report script wrote whole, caption and cells, from its CSV (mqar_study.py,
+    mqar_step_budget.py, mqar_mixture.py): the README takes that file as it is."""
+    return lambda folder: (folder / markdown_file).read_text().strip()
 
 
 # name -> (source files, table maker)
@@ -111,10 +99,11 @@ TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
     "performer_error": (("benchmark_attention_performer_error.csv",), performer_error_table),
     "model": (("benchmark_model.csv",), model_table),
     "training": (("results.csv",), training_table),
-    "mqar_state_size": (("mqar_state_size.csv", "mqar_state_size.md"), mqar_study_table),
+    "mqar_state_size": (("mqar_state_size.csv", "mqar_state_size.md"),
+                        written_table("mqar_state_size.md")),
     "mqar_step_budget": (("mqar_step_budget.csv", "mqar_step_budget.md"),
-                         mqar_step_budget_table),
-    "mqar_mixture": (("mqar_mixture.csv", "mqar_mixture.md"), mqar_mixture_table),
+                         written_table("mqar_step_budget.md")),
+    "mqar_mixture": (("mqar_mixture.csv", "mqar_mixture.md"), written_table("mqar_mixture.md")),
 }
 # name -> the scripts/reproduce_results.sh stage that writes its source files.
 STAGES = {"attention": "bench", "attention_causal": "bench", "performer_error": "bench",

@@ -90,6 +90,14 @@ def train(cfg: DictConfig) -> float:
         check_checkpoint_fits(Path(parts.ckpt_path), parts.module)
     trainer = parts.trainer
     history = append_history(output_dir, resume) if resume is not None else []
+
+    def run_fields() -> dict[str, Any]:
+        """summary.json's facts about this run, finished or diverged."""
+        return {"output_dir": str(output_dir), "device": parts.module.device.type,
+                "commit": code_version(), "world_size": parts.perf.world_size,
+                "global_step": trainer.global_step,
+                "duration_s": round(time.monotonic() - started, 1), "resumes": history}
+
     try:
         trainer.fit(
             parts.module, datamodule=parts.datamodule, ckpt_path=parts.ckpt_path, weights_only=True
@@ -107,12 +115,7 @@ def train(cfg: DictConfig) -> float:
         # so, with no accuracy, so studies and comparisons count it instead of rerunning it.
         if trainer.is_global_zero:
             write_summary(output_dir, build_summary(cfg, parts.precision, {}, {
-                "output_dir": str(output_dir), "device": parts.module.device.type,
-                "commit": code_version(), "world_size": parts.perf.world_size,
-                "global_step": trainer.global_step,
-                "duration_s": round(time.monotonic() - started, 1),
-                "tested_checkpoint": None, "resumes": history, "diverged": str(err),
-            }))
+                **run_fields(), "tested_checkpoint": None, "diverged": str(err)}))
         raise
     metrics = {
         **{key: tested[0].get(key) for key in (TEST_ACC.key, TEST_LOSS.key)},
@@ -123,15 +126,7 @@ def train(cfg: DictConfig) -> float:
     }
     if trainer.is_global_zero:
         summary = build_summary(cfg, parts.precision, metrics, {
-            "output_dir": str(output_dir),
-            "device": parts.module.device.type,
-            "commit": code_version(),
-            "world_size": parts.perf.world_size,
-            "global_step": trainer.global_step,
-            "duration_s": round(time.monotonic() - started, 1),
-            "tested_checkpoint": "last" if tested_ckpt is None else "best",
-            "resumes": history,
-        })
+            **run_fields(), "tested_checkpoint": "last" if tested_ckpt is None else "best"})
         summary |= logger_fields(trainer.loggers)
         write_summary(output_dir, summary)
         send_summary(trainer.loggers, summary, comparison_row(summary))
