@@ -14,11 +14,19 @@ from omegaconf import DictConfig, OmegaConf
 RESUME_SUBDIR = ".hydra/resume"
 
 
-def hydra_output_subdir(ckpt_path: str | None) -> str:
+def hydra_output_subdir(ckpt_path: str | None, output_dir: str) -> str:
     """Where Hydra writes a job's own config files (conf/hydra/default.yaml: output_subdir). A
     resumed run (ckpt_path set) writes them to .hydra/resume/, so that the run's
-    .hydra/config.yaml and overrides.yaml, the record of how it started, stay untouched."""
-    return ".hydra" if ckpt_path is None else RESUME_SUBDIR
+    .hydra/config.yaml and overrides.yaml, the record of how it started, stay untouched. So
+    does a new run aimed at a folder that already holds a run: it writes them to a folder of
+    their own, which the refusal removes (linarena.run_lock)."""
+    from linarena.run_lock import REFUSED_HYDRA_SUBDIR, existing_run, is_other_rank
+
+    if ckpt_path is not None:
+        return RESUME_SUBDIR
+    if not is_other_rank() and existing_run(Path(output_dir)):
+        return REFUSED_HYDRA_SUBDIR
+    return ".hydra"
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from linarena.run_lock import OWNER_FILE, RunFolderBusyError, run_folder_lock
+from linarena.run_lock import (
+    LOCK_FILE,
+    OWNER_FILE,
+    RunFolderBusyError,
+    RunFolderTakenError,
+    run_folder_lock,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,6 +72,19 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_with_a_note(
         assert json.loads((folder / OWNER_FILE).read_text())["pid"] == os.getpid()
     assert f"pid {holder.pid}" in caplog.text and "no longer running" in caplog.text
     assert not (folder / OWNER_FILE).exists()  # released
+    assert not (folder / LOCK_FILE).exists()  # and no lock file left behind
+
+
+def test_a_new_run_is_refused_where_a_killed_run_left_its_owner_record(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    holder = start_holder(folder)
+    holder.kill()
+    holder.wait()
+    with pytest.raises(RunFolderTakenError, match="ckpt_path=last"), run_folder_lock(
+        folder, new_run=True
+    ):
+        pytest.fail("a new run took the folder of an interrupted one")
+    assert json.loads((folder / OWNER_FILE).read_text())["pid"] == holder.pid  # untouched
 
 
 def test_the_owner_puts_back_the_hydra_files_a_refused_process_overwrote(tmp_path: Path) -> None:

@@ -120,6 +120,27 @@ def test_offline_message_gives_the_sync_command() -> None:
     assert location_message(info).endswith("wandb sync /runs/x/wandb/offline-run-1-abc")
 
 
+def test_after_a_resume_the_sync_command_names_every_part_of_the_run(tmp_path: Path) -> None:
+    wandb_dir = tmp_path / "wandb"
+    for start in ("20260101_100000", "20260101_110000"):
+        (wandb_dir / f"offline-run-{start}-abc").mkdir(parents=True)
+    (wandb_dir / "offline-run-20260101_090000-other").mkdir()
+    info = {"id": "abc", "dir": str(wandb_dir / "offline-run-20260101_110000-abc"), "url": None,
+            "mode": "offline"}
+    assert location_message(info).endswith(f"wandb sync {wandb_dir}/offline-run-*-abc")
+    assert "2 folders" in location_message(info)
+
+
+def test_a_string_tag_is_one_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = wandb_logger(save_dir=str(tmp_path), tags="readme", extra_tags=["listops"])
+    try:
+        assert sorted(logger.experiment.tags) == ["listops", "readme"]
+    finally:
+        logger.experiment.finish()
+
+
 def test_a_resumed_run_logs_at_the_training_step_and_skips_the_steps_it_already_has(
     tmp_path: Path,
 ) -> None:

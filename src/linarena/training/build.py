@@ -16,6 +16,7 @@ from torch import nn
 
 from linarena.errors import ConfigError
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
+from linarena.training.checkpoint_identity import StoreRunIdentity
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.checks import (
     DATAMODULE_ARGS,
@@ -74,9 +75,14 @@ def build_loggers(cfg: DictConfig) -> list[Logger]:
 
 
 def build_components(
-    cfg: DictConfig, output_dir: Path, multirun: bool, launcher_target: str | None
+    cfg: DictConfig,
+    output_dir: Path,
+    multirun: bool,
+    launcher_target: str | None,
+    identity: dict[str, Any],
 ) -> Components:
-    """Check the config, then build every object of the run (no data is loaded yet)."""
+    """Check the config, then build every object of the run (no data is loaded yet);
+    `identity` (checkpoint_identity.run_identity) goes into every checkpoint."""
     check_config(cfg)
     check_accelerator(cfg.trainer)
     check_ddp_launch(cfg.trainer, multirun, launcher_target)
@@ -111,7 +117,7 @@ def build_components(
     # Sharded strategies (fsdp, deepspeed) bring their own checkpoint writers.
     plugins = [] if any(s in strategy for s in ("fsdp", "deepspeed")) else [AtomicCheckpointIO()]
     injected = (
-        [*callbacks, perf, guard, signals],  # callbacks
+        [*callbacks, perf, guard, signals, StoreRunIdentity(identity)],  # callbacks
         loggers or False,  # logger
         precision,
         plugins,

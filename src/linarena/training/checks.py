@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from linarena.attention import LinearAttention
 from linarena.errors import ConfigError
@@ -109,6 +109,7 @@ def check_config(cfg: DictConfig) -> None:
     for name, node in cfg.get("callbacks", {}).items():
         if isinstance(node, DictConfig) and "_target_" in node:
             check_keys(node, f"callbacks.{name}")
+    check_whole_numbers(cfg)
     check_seed(cfg.get("seed"))
     check_validation_runs(cfg.trainer)
     model = cfg.model
@@ -122,11 +123,34 @@ def check_config(cfg: DictConfig) -> None:
         )
 
 
+# Settings that count something, so must be whole numbers (the constructors would fail later
+# with a traceback, or with a message about the wrong problem: "must be >= 1" for 2.5).
+WHOLE_NUMBERS = ("trainer.max_steps", "data.max_length", "model.max_length", "data.batch_size")
+# seed_everything's range: numpy's seed is an unsigned 32-bit integer.
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_whole_numbers(cfg: DictConfig) -> None:
+    """The settings of WHOLE_NUMBERS that are set must be integers."""
+    for key in WHOLE_NUMBERS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not _is_whole(value):
+            raise ConfigError(f"{key}={value!r}: it must be a whole number, e.g. {key}=128.")
+
+
 def check_seed(seed: Any) -> None:
-    """The training seed must be an integer (Lightning's seed_everything would fail with a
-    traceback on anything else)."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ConfigError(f"seed={seed!r}: the seed must be an integer, e.g. seed=1 (or seed=null for a random one).")
+    """The training seed must be an integer in SEED_RANGE (Lightning's seed_everything would fail
+    with a traceback on anything else)."""
+    low, high = SEED_RANGE
+    if seed is not None and (not _is_whole(seed) or not low <= seed <= high):
+        raise ConfigError(
+            f"seed={seed!r}: the seed must be a whole number from {low} to {high}, e.g. seed=1 "
+            "(or seed=null for a random one)."
+        )
 
 
 def check_attention_builds(cfg: DictConfig) -> None:
@@ -162,6 +186,11 @@ def check_validation_runs(trainer: DictConfig) -> None:
             "val/acc_best, the best checkpoint). Use a positive number or null (all batches)."
         )
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
+    if not _valid_interval(interval):
+        raise ConfigError(
+            f"trainer.val_check_interval={interval!r}: use a number of training steps >= 1 (e.g. "
+            "100), a fraction of an epoch in (0, 1], or null (once per epoch)."
+        )
     if max_steps == 0 or (max_steps is not None and max_steps < -1):
         raise ConfigError(
             f"trainer.max_steps={max_steps} trains nothing: set a positive number of steps (or "
@@ -173,6 +202,31 @@ def check_validation_runs(trainer: DictConfig) -> None:
             f"{interval}: no validation would run. Set trainer.val_check_interval to at most "
             f"{max_steps}."
         )
+
+
+def _valid_interval(interval: Any) -> bool:
+    """A validation interval Lightning takes: steps >= 1, a fraction of an epoch, or null."""
+    if interval is None:
+        return True
+    if _is_whole(interval):
+        return interval >= 1
+    return isinstance(interval, float) and 0 < interval <= 1
+
+
+def fit_validation_interval(cfg: DictConfig, user_overrides: Iterable[str]) -> int | None:
+    """Shortening a run shortens its validation interval: when trainer.max_steps is below
+    trainer.val_check_interval and the user did not set the interval themselves (an override in
+    `user_overrides`), the interval becomes max_steps, so that the run still validates (once, at
+    its end). Returns the interval it replaced, or None when nothing changed."""
+    trainer = cfg.trainer
+    interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
+    if any(o.lstrip("+~").startswith("trainer.val_check_interval=") for o in user_overrides):
+        return None
+    if not (_is_whole(interval) and _is_whole(max_steps) and 0 < max_steps < interval):
+        return None
+    with open_dict(trainer):
+        trainer.val_check_interval = max_steps
+    return interval
 
 
 def resolve_precision(precision: Any, accelerator: str) -> str:

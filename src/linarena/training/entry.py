@@ -12,7 +12,14 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from linarena.errors import LinarenaError, NonFiniteStateError
-from linarena.run_lock import LOCK_FILE, OWNER_FILE, RunFolderBusyError, run_folder_lock
+from linarena.run_lock import (
+    LOCK_FILE,
+    OWNER_FILE,
+    REFUSED_HYDRA_SUBDIR,
+    RunFolderBusyError,
+    RunFolderTakenError,
+    run_folder_lock,
+)
 from linarena.training.environment import normalise_environment, os_error_message
 from linarena.training.resume import clean_checkpoint_step
 from linarena.training.run import hydra_context, train
@@ -21,7 +28,7 @@ from linarena.training.signals import RunStopped
 # OS errors whose cause is the machine, not the code: reported in one line.
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 # Failures after which a new run's folder is kept: it is another process's, or it trained.
-KEEP_FOLDER_ON = (RunFolderBusyError, NonFiniteStateError, RunStopped)
+KEEP_FOLDER_ON = (RunFolderBusyError, RunFolderTakenError, NonFiniteStateError, RunStopped)
 # What a new run writes before it trains (Hydra's files and log, the lock, the logger's first
 # files): a failed new run whose folder holds nothing else leaves no folder behind.
 SETUP_FILES = {".hydra", LOCK_FILE, OWNER_FILE, "wandb", "wandb_run_id.txt", "csv"}
@@ -83,7 +90,7 @@ def run_job(cfg: DictConfig) -> float:
     output_dir = Path(cfg.paths.output_dir).resolve()
     try:
         normalise_environment()
-        with run_folder_lock(output_dir):
+        with run_folder_lock(output_dir, new_run=cfg.get("ckpt_path") is None):
             return train(cfg)
     except (LinarenaError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -94,8 +101,10 @@ def run_job(cfg: DictConfig) -> float:
             message, exit_code = os_error_message(err), 1
         else:
             raise
-        if cfg.get("ckpt_path") is None and not isinstance(err, KEEP_FOLDER_ON):
+        if not isinstance(err, KEEP_FOLDER_ON):
             remove_if_unused(output_dir)
+        # Where train.py sent Hydra's files of a new run aimed at a folder holding a run.
+        shutil.rmtree(output_dir / REFUSED_HYDRA_SUBDIR, ignore_errors=True)
         print(f"\nError: {message}", file=sys.stderr, flush=True)
         if isinstance(err, NonFiniteStateError) and hydra_context()[0]:
             raise

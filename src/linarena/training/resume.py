@@ -11,6 +11,7 @@ non-finite weights or optimizer state is refused.
 from __future__ import annotations
 
 import datetime
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from linarena.errors import CheckpointError, ConfigError, ResumeError
 from linarena.files import write_text_atomic
 from linarena.training.checkpoint_guard import non_finite_names
+from linarena.training.checkpoint_identity import check_identity
 
 HISTORY_FILE = "resume_history.yaml"
 # Settings a resumed run may change (a key or a whole node): training length, learning rate and
@@ -44,6 +46,7 @@ MUTABLE = (
     "data.num_workers",
 )
 _ABSENT = "<absent>"
+log = logging.getLogger(__name__)
 _CHOICE = re.compile(r"\$\{hydra:runtime\.choices\.([\w/]+)\}")
 
 
@@ -238,10 +241,23 @@ def append_history(output_dir: Path, resume: Resume) -> list[dict[str, Any]]:
     return history
 
 
-def check_checkpoint_fits(path: Path, module: torch.nn.Module) -> None:
-    """CheckpointError when the checkpoint holds another model than `module` (a checkpoint of a run
-    with other settings), instead of Lightning's size-mismatch traceback."""
-    stored = torch.load(path, map_location="cpu", mmap=True, weights_only=True)["state_dict"]
+def check_checkpoint_fits(
+    path: Path, module: torch.nn.Module, identity: dict[str, Any], resume: Resume
+) -> None:
+    """CheckpointError when the checkpoint was written by another run than this config (a
+    setting outside MUTABLE differs: checkpoint_identity.py) or holds another model than
+    `module`, instead of training on under the wrong name or Lightning's size-mismatch
+    traceback. Allowed differences (a new lr, ...) are added to `resume.changes`."""
+    checkpoint = read_checkpoint(path)
+    allowed = check_identity(path, checkpoint, identity, MUTABLE)
+    if allowed is None:
+        log.warning(
+            "%s was written before checkpoints recorded their run's settings: only its weight "
+            "shapes can be checked against this config.", path
+        )
+    for key, (before, after) in (allowed or {}).items():
+        resume.changes.setdefault(key, {"before": before, "after": after})
+    stored = checkpoint["state_dict"]
     # Tensors only: a module's extra state (e.g. Performer's redraw counter) may be anything.
     own = {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
     differ = [

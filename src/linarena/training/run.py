@@ -16,6 +16,8 @@ from omegaconf import DictConfig
 from linarena.analysis.provenance import code_version
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.training.build import build_components
+from linarena.training.checkpoint_identity import run_identity
+from linarena.training.checks import fit_validation_interval
 from linarena.training.errors import ConfigError, NonFiniteStateError
 from linarena.training.resume import (
     append_history,
@@ -85,16 +87,23 @@ def train(cfg: DictConfig) -> float:
         return float((previous or {}).get("metrics", {}).get(VAL_ACC_BEST.key) or "nan")
     multirun, launcher = hydra_context()
     which_checkpoint = read_test_checkpoint(cfg)
-    parts = build_components(cfg, output_dir, multirun, launcher)
-    if parts.ckpt_path is not None:
-        check_checkpoint_fits(Path(parts.ckpt_path), parts.module)
+    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    replaced = fit_validation_interval(cfg, overrides)
+    if replaced is not None:
+        log.info("Validating every %d steps (trainer.max_steps) instead of every %d: set "
+                 "trainer.val_check_interval to choose.", cfg.trainer.max_steps, replaced)
+    commit = code_version()
+    identity = run_identity(cfg, commit)
+    parts = build_components(cfg, output_dir, multirun, launcher, identity)
+    if parts.ckpt_path is not None and resume is not None:
+        check_checkpoint_fits(Path(parts.ckpt_path), parts.module, identity, resume)
     trainer = parts.trainer
     history = append_history(output_dir, resume) if resume is not None else []
 
     def run_fields() -> dict[str, Any]:
         """summary.json's facts about this run, finished or diverged."""
         return {"output_dir": str(output_dir), "device": parts.module.device.type,
-                "commit": code_version(), "world_size": parts.perf.world_size,
+                "commit": commit, "world_size": parts.perf.world_size,
                 "global_step": trainer.global_step,
                 "duration_s": round(time.monotonic() - started, 1), "resumes": history}
 

@@ -171,6 +171,8 @@ def wandb_logger(
     passed to wandb.init rather than as `offline=`, which would set WANDB_MODE for the whole
     process (and every later job of a multirun)."""
     check_wandb_keys([*kwargs, "save_dir", "tags"])
+    # tags=readme on the command line is one string: one tag, not one per letter.
+    tags = [tags] if isinstance(tags, str) else tags
     if wandb.run is not None:  # left over by a job of this process that failed before finishing
         wandb.finish(exit_code=1)
     output_dir = Path(save_dir)
@@ -215,5 +217,13 @@ def location_message(info: dict[str, Any]) -> str:
     if info["mode"] == "disabled":
         return "W&B is disabled (WANDB_MODE=disabled): nothing was logged to W&B."
     if info["mode"] == "offline":
+        # A resumed run continues the same W&B run in a second offline folder (offline-run-<time>-
+        # <id>): syncing only the newest would upload the part after the resume.
+        folder = Path(info["dir"])
+        parts = sorted(folder.parent.glob(f"offline-run-*-{info['id']}"))
+        if len(parts) > 1:
+            pattern = folder.parent / f"offline-run-*-{info['id']}"
+            return (f"W&B run (offline) stored in {len(parts)} folders, one per start or resume, "
+                    f"{pattern}; upload them all with: wandb sync {pattern}")
         return f"W&B run (offline) stored in {info['dir']}; upload it with: wandb sync {info['dir']}"
     return f"W&B run: {info['url'] or info['dir']}"

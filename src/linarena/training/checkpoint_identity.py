@@ -1,0 +1,112 @@
+"""What made a checkpoint: the run's identity, stored in every checkpoint and compared on load.
+
+Weight shapes alone cannot tell two runs apart (an elu+1 and a softmax model of one size have
+the same weights), so a checkpoint carries the resolved settings that define its run: the task
+and attention names, the attention, model, data and optimizer settings, the seed, and the code
+version. Resuming from a checkpoint whose identity differs from the config in a setting that a
+resume may not change (resume.MUTABLE) is refused with the differences listed; a difference in
+a mutable setting (lr, validation interval, ...) is allowed and recorded in the resume's
+changes. Checkpoints written before identities existed still load, with a note.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+from omegaconf import DictConfig, OmegaConf
+
+from linarena.errors import CheckpointError
+
+IDENTITY_KEY = "linarena_identity"
+# The config nodes that define a run; `trainer` only for the settings a resume may change, so
+# that they are recorded as changes.
+IDENTITY_NODES = ("task_name", "attention_name", "seed", "attention_dropout", "attention",
+                  "model", "data", "optim")
+TRAINER_KEYS = ("max_steps", "val_check_interval")
+# Where the data live and how many processes build or load them: a machine's choice, not the
+# run's (a run resumed on another machine reads the same data from another folder).
+MACHINE_KEYS = ("data.data_dir", "data.num_workers", "data.generator_workers")
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat |= _flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return flat
+    return {prefix: node}
+
+
+def run_identity(cfg: DictConfig, code_version: str | None) -> dict[str, Any]:
+    """The settings that define the run of `cfg`, resolved and flattened to dotted keys, e.g.
+    {"attention_name": "elu", "model.d_model": 128, ..., "code_version": "5f661cc"}."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    picked = {key: resolved.get(key) for key in IDENTITY_NODES}
+    picked["trainer"] = {key: resolved.get("trainer", {}).get(key) for key in TRAINER_KEYS}
+    flat = {k: v for k, v in _flatten(picked).items() if k not in MACHINE_KEYS}
+    return {**flat, "code_version": code_version}
+
+
+def identity_changes(
+    stored: dict[str, Any], current: dict[str, Any], mutable: tuple[str, ...]
+) -> tuple[dict[str, tuple[Any, Any]], dict[str, tuple[Any, Any]]]:
+    """(refused, allowed): the settings in which `current` differs from the checkpoint's
+    `stored` identity, {key: (stored, current)}, split by whether a resume may change them (a key
+    of `mutable` or below one; the code version may always change)."""
+    absent = "<absent>"
+    differ = {
+        key: (stored.get(key, absent), current.get(key, absent))
+        for key in sorted(stored.keys() | current.keys())
+        if stored.get(key, absent) != current.get(key, absent)
+    }
+
+    def may_change(key: str) -> bool:
+        return key == "code_version" or any(key == m or key.startswith(m + ".") for m in mutable)
+
+    refused = {k: v for k, v in differ.items() if not may_change(k)}
+    allowed = {k: v for k, v in differ.items() if may_change(k)}
+    return refused, allowed
+
+
+def refusal_message(path: Any, refused: dict[str, tuple[Any, Any]]) -> str:
+    """The CheckpointError message for a checkpoint of another run."""
+    shown = list(refused.items())[:8]
+    listed = "; ".join(f"{key}: {before!r} there, {after!r} here" for key, (before, after) in shown)
+    more = f" and {len(refused) - len(shown)} more" if len(refused) > len(shown) else ""
+    return (
+        f"ckpt_path: {path} was written by another run than this config describes ({listed}"
+        f"{more}). Continuing it would file one model's training under another's name. Resume "
+        "that run from its own folder (python train.py ckpt_path=last hydra.run.dir=<its "
+        "folder>), which uses its saved config, or start a new run without ckpt_path."
+    )
+
+
+def check_identity(
+    path: Any, checkpoint: dict[str, Any], current: dict[str, Any], mutable: tuple[str, ...]
+) -> dict[str, tuple[Any, Any]] | None:
+    """The allowed changes {key: (stored, current)} from the checkpoint's run to `current`;
+    None for a checkpoint written before identities were stored (nothing to compare).
+
+    Raises CheckpointError listing the differences when a setting a resume may not change
+    differs.
+    """
+    stored = checkpoint.get(IDENTITY_KEY)
+    if stored is None:
+        return None
+    refused, allowed = identity_changes(stored, current, mutable)
+    if refused:
+        raise CheckpointError(refusal_message(path, refused))
+    return allowed
+
+
+class StoreRunIdentity(Callback):
+    """Writes the run's identity into every checkpoint it saves (under IDENTITY_KEY)."""
+
+    def __init__(self, identity: dict[str, Any]) -> None:
+        self.identity = identity
+
+    def on_save_checkpoint(
+        self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        checkpoint[IDENTITY_KEY] = dict(self.identity)

@@ -1,0 +1,52 @@
+"""Values that passed the checks at 5f661cc and crashed later with a traceback (or a message
+about another problem), and a shortened run that needed a second setting nobody mentions."""
+
+from __future__ import annotations
+
+import pytest
+from training_helpers import compose_config
+
+from linarena.training import ConfigError
+from linarena.training.checks import check_config, fit_validation_interval
+
+
+def check(overrides: list[str]) -> None:
+    check_config(compose_config(overrides))
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("trainer.val_check_interval=0", r"trainer\.val_check_interval=0: use a number"),
+        ("trainer.val_check_interval=-3", r"trainer\.val_check_interval=-3"),
+        ("trainer.val_check_interval=1.5", r"fraction of an epoch in \(0, 1\]"),
+        ("seed=-1", r"seed=-1: the seed must be a whole number from 0"),
+        ("seed=4294967296", r"seed=4294967296"),
+        ("trainer.max_steps=abc", r"trainer\.max_steps='abc': it must be a whole number"),
+        ("data.max_length=2.5", r"data\.max_length=2\.5: it must be a whole number"),
+    ],
+)
+def test_bad_values_are_refused_by_the_checks(override: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        check([override])
+
+
+def test_good_values_pass() -> None:
+    check(["trainer.val_check_interval=0.5", "seed=0", "seed=4294967295"])
+
+
+def test_a_shorter_run_validates_at_its_end_unless_the_interval_was_set() -> None:
+    cfg = compose_config(["trainer.max_steps=20"])
+    assert fit_validation_interval(cfg, ["trainer.max_steps=20"]) == 100
+    assert cfg.trainer.val_check_interval == 20
+    check_config(cfg)  # no longer "smaller than trainer.val_check_interval=100"
+
+    chosen = compose_config(["trainer.max_steps=20", "trainer.val_check_interval=50"])
+    given = ["trainer.max_steps=20", "trainer.val_check_interval=50"]
+    assert fit_validation_interval(chosen, given) is None
+    with pytest.raises(ConfigError, match=r"val_check_interval to at most 20"):
+        check_config(chosen)
+
+    longer = compose_config(["trainer.max_steps=2000"])
+    assert fit_validation_interval(longer, ["trainer.max_steps=2000"]) is None
+    assert longer.trainer.val_check_interval == 100
