@@ -30,13 +30,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         try:
-            with atomic_path(path) as tmp:
-                torch.save(checkpoint, tmp)
-        except OSError as err:
-            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            with atomic_path(path) as tmp, open(tmp, "wb") as file:
+                # A file object, not a name: torch's own C++ writer reports a full disk as
+                # "RuntimeError: [enforce fail at inline_container.cc]"; Python's write raises the
+                # OSError, which torch then chains to its RuntimeError.
+                torch.save(checkpoint, file)
+        except (OSError, RuntimeError) as err:
+            cause = machine_cause(err)
+            if cause is None:
                 raise
-            err.filename = err.filename or str(path)
-            raise ResourceError(os_error_message(err, checkpoint_bytes(checkpoint))) from err
+            cause.filename = cause.filename or str(path)
+            raise ResourceError(os_error_message(cause, checkpoint_bytes(checkpoint))) from None
+
+
+def machine_cause(err: BaseException) -> OSError | None:
+    """The full-disk or over-quota OSError behind `err` (itself, or the error it was raised from
+    or while handling), or None."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def checkpoint_bytes(checkpoint: Any) -> int:
