@@ -121,6 +121,7 @@ def test_a_signal_saves_a_checkpoint_says_how_to_resume_and_exits_non_zero(
                         tmp_path, data_dir)
     assert stopped.returncode == code, stopped.stderr[-3000:]
     assert f"Stopped by {signal_name} at step 3" in stopped.stderr
+    assert "Error:" not in stopped.stderr  # a stop the user asked for is not an error
     assert "`weights_only` was not set" not in stopped.stdout + stopped.stderr
     assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 3
     assert not (run / "summary.json").exists()

@@ -10,6 +10,8 @@ import warnings
 DROPPED_LOG_RECORDS = (
     # An advertisement printed at every Trainer construction.
     ("lightning.pytorch.utilities.rank_zero", "try installing [litlogger]"),
+    # Said because callbacks/default.yaml brings its own summary (CompactModelSummary): intended.
+    ("lightning.pytorch.utilities.rank_zero", "Trainer already configured with model summary"),
 )
 # Warning messages (regular expressions matched at the start) ignored.
 IGNORED_WARNINGS = (

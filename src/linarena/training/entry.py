@@ -105,7 +105,9 @@ def run_job(cfg: DictConfig) -> float:
             remove_if_unused(output_dir)
         # Where train.py sent Hydra's files of a new run aimed at a folder holding a run.
         shutil.rmtree(output_dir / REFUSED_HYDRA_SUBDIR, ignore_errors=True)
-        print(f"\nError: {message}", file=sys.stderr, flush=True)
+        # A stop the user asked for (Ctrl+C, SIGTERM from a scheduler) is not an error.
+        heading = "Stopped" if isinstance(err, RunStopped) else "Error"
+        print(f"\n{heading}: {message}", file=sys.stderr, flush=True)
         if isinstance(err, NonFiniteStateError) and hydra_context()[0]:
             raise
         sys.exit(exit_code)

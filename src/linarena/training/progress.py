@@ -11,6 +11,7 @@ from typing import Any
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelSummary, TQDMProgressBar
+from lightning.pytorch.callbacks import model_summary as lightning_summary
 
 from linarena.metrics import progress_metrics
 
@@ -63,8 +64,10 @@ class StepProgress(TQDMProgressBar):
         self._started = self._last_line = time.monotonic()
         self._first_step = trainer.global_step
         if self.plain:
-            log.info("Training %s steps (a progress line every %.0f s)",
-                     self.total_steps(trainer) or "?", self.log_interval_s)
+            total, done = self.total_steps(trainer), trainer.global_step
+            steps = (f"steps {done + 1}-{total} of {total} (resumed at step {done})"
+                     if done and total else f"{total or '?'} steps")
+            log.info("Training %s (a progress line every %.0f s)", steps, self.log_interval_s)
             return
         super().on_train_start(trainer, pl_module)
 
@@ -117,11 +120,26 @@ class StepProgress(TQDMProgressBar):
 
 
 class CompactModelSummary(ModelSummary):
-    """Lightning's model summary without the FLOPs column when it is all zeros (it is, unless
-    the model sets example_input_array)."""
+    """Lightning's model summary without the FLOPs column and the "0 Total Flops" line when
+    nothing was counted (nothing is, unless the model sets example_input_array)."""
 
     @staticmethod
-    def summarize(summary_data: list[tuple[str, list[str]]], *args: Any, **kwargs: Any) -> None:
+    def summarize(
+        summary_data: list[tuple[str, list[str]]],
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int,
+        **summarize_kwargs: Any,
+    ) -> None:
         kept = [(name, column) for name, column in summary_data
                 if not (name == "FLOPs" and all(v.strip() in ("0", "n/a") for v in column))]
-        ModelSummary.summarize(kept, *args, **kwargs)
+        # Lightning's own table (a private helper: the public summarize prints it whole).
+        table = lightning_summary._format_summary_table(
+            total_parameters, trainable_parameters, model_size, total_training_modes, total_flops,
+            *kept)
+        if not total_flops:
+            table = "\n".join(line for line in table.splitlines()
+                              if not line.rstrip().endswith("Total Flops"))
+        lightning_summary.log.info("\n" + table)
