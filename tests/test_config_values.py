@@ -50,3 +50,19 @@ def test_a_shorter_run_validates_at_its_end_unless_the_interval_was_set() -> Non
     longer = compose_config(["trainer.max_steps=2000"])
     assert fit_validation_interval(longer, ["trainer.max_steps=2000"]) is None
     assert longer.trainer.val_check_interval == 100
+
+
+@pytest.mark.parametrize(
+    "override",
+    # One value refused by the checks, one checkpoint refused on resume (its folder is new).
+    ["trainer.val_check_interval=0", "ckpt_path=/nonexistent.ckpt"],
+)
+def test_a_refused_run_leaves_no_folder(tmp_path, override: str) -> None:
+    from training_helpers import run_train
+
+    run = tmp_path / "run"
+    result = run_train(["debug=smoke", override, f"hydra.run.dir={run}"], tmp_path,
+                       tmp_path / "data")
+    assert result.returncode == 1
+    assert "Error: " in result.stderr and "Traceback" not in result.stderr
+    assert not run.exists(), sorted(p.name for p in run.iterdir())
