@@ -17,7 +17,7 @@ from training_helpers import CONF, REPO, compose_config
 
 from linarena.attention.variants import check_variant_names, is_linear, label, variant_names
 from linarena.training import ConfigError
-from linarena.training.checks import check_config
+from linarena.training.config_checks import check_config
 
 
 def test_the_variants_are_the_files_of_conf_attention() -> None:

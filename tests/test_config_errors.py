@@ -10,12 +10,9 @@ from training_helpers import build_model, compose_config, run_train
 
 from linarena.attention.variants import variant_names
 from linarena.training import ConfigError
-from linarena.training.checks import (
-    check_config,
-    check_ddp_launch,
-    resolve_ckpt_path,
-    resolve_precision,
-)
+from linarena.training.config_checks import check_config
+from linarena.training.launch import check_ddp_launch, resolve_precision
+from linarena.training.resume import checkpoint_path
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 SUBMITIT = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
@@ -85,7 +82,7 @@ def test_precision_auto_is_full_precision_on_cpu() -> None:
 
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"checkpoints/last\.ckpt.*hydra\.run\.dir"):
-        resolve_ckpt_path("last", tmp_path)
+        checkpoint_path("last", tmp_path)
 
 
 def test_command_line_errors_are_one_clear_message(tmp_path: Path) -> None:

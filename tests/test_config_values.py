@@ -7,7 +7,7 @@ import pytest
 from training_helpers import compose_config
 
 from linarena.training import ConfigError
-from linarena.training.checks import check_config, fit_validation_interval
+from linarena.training.config_checks import check_config, fit_validation_interval
 
 
 def check(overrides: list[str]) -> None:

@@ -10,8 +10,8 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch import Trainer
 from training_helpers import build_model, compose_config
 
+from linarena.errors import ConfigError
 from linarena.training import train
-from linarena.training.errors import ConfigError
 
 
 def official_param_count(

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from training_helpers import REPO, compose_config
 
-from linarena.training.checks import check_config
+from linarena.training.config_checks import check_config
 
 README = (REPO / "README.md").read_text()
 # ```lang ... ``` blocks, indented or not (a block inside a list item is indented).

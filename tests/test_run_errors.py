@@ -30,7 +30,8 @@ from linarena.errors import (
 from linarena.launch_check import launcher_problem
 from linarena.training import ClassificationModule, entry
 from linarena.training.checkpoint_io import AtomicCheckpointIO
-from linarena.training.checks import check_accelerator, check_config
+from linarena.training.config_checks import check_config
+from linarena.training.launch import check_accelerator
 from linarena.training.memory import check_memory
 from linarena.training.optim import OptimSettings
 from linarena.training.resume import check_resume_changes, restore_run_config
@@ -69,7 +70,7 @@ def test_every_user_error_derives_from_the_one_root() -> None:
 
 
 def test_a_word_for_the_learning_rate_or_the_seed_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"seed='abc': the seed must be an integer"):
+    with pytest.raises(ConfigError, match=r"seed='abc': the seed must be a whole number"):
         check_config(compose_config([*SMOKE, "seed=abc"]))
     with pytest.raises(Exception, match=r"optim\.lr must be a number, got 'fast'"):
         instantiate(compose_config([*SMOKE, "optim.lr=fast"]).optim)

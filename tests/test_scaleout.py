@@ -54,8 +54,8 @@ def test_ddp_inside_submitit_local_jobs_is_refused_with_the_ways_out() -> None:
     ("unrecognized arguments: hydra.run.dir=..."). Refused before anything starts instead."""
     from omegaconf import OmegaConf
 
-    from linarena.training.checks import check_ddp_launch
-    from linarena.training.errors import ConfigError
+    from linarena.errors import ConfigError
+    from linarena.training.launch import check_ddp_launch
 
     ddp = OmegaConf.create({"strategy": "ddp", "devices": 2, "accelerator": "cpu", "num_nodes": 1})
     local = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"

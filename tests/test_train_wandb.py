@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from training_helpers import run_train
 
-from linarena.training.errors import ConfigError
+from linarena.errors import ConfigError
 from linarena.training.wandb_run import (
     RUN_ID_FILE,
     choose_mode,

@@ -16,7 +16,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from omegaconf import DictConfig, open_dict
 
 from linarena.training import build
-from linarena.training.checks import check_config
+from linarena.training.config_checks import check_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

@@ -1,10 +1,18 @@
-"""What this process may use and has used: CPUs and peak resident memory."""
+"""The machine and the code this process runs: CPUs, peak resident memory, the CPU model and the
+git commit of the code. Below every other module (it imports none of the project), so training,
+the studies and the provenance records all read these facts from one place."""
 
 from __future__ import annotations
 
 import os
+import platform
 import resource
+import subprocess
 import sys
+from pathlib import Path
+
+# The repository of this checkout (src/linarena/system.py is three levels below it).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def available_cpus() -> int:
@@ -18,3 +26,41 @@ def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, else KiB
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what platform knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
+
+
+def current_commit() -> tuple[str | None, bool]:
+    """(HEAD's hash, whether tracked files other than the results themselves differ from it);
+    (None, False) outside a checkout. A rerun rewrites docs/results/ before its record is
+    written, which is no change to the code that produced it."""
+    if not (REPO_ROOT / ".git").exists():  # an installed copy: a parent folder's repository
+        return None, False                 # (e.g. a project holding the venv) is not ours
+    commit = _git("rev-parse", "HEAD")
+    changes = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                   ":(exclude)docs/results")
+    return commit, bool(changes)
+
+
+def code_version() -> str | None:
+    """The commit this process's code is, with "-dirty" when tracked files differ from it
+    (docs/results/ aside); None outside a checkout."""
+    commit, dirty = current_commit()
+    return None if commit is None else commit + ("-dirty" if dirty else "")

@@ -18,20 +18,23 @@ from linarena.errors import ConfigError
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_identity import StoreRunIdentity
 from linarena.training.checkpoint_io import AtomicCheckpointIO
-from linarena.training.checks import (
-    DATAMODULE_ARGS,
-    TRAINER_ARGS,
-    check_accelerator,
-    check_config,
-    check_ddp_launch,
-    resolve_ckpt_path,
-    resolve_precision,
-)
-from linarena.training.memory import check_memory
+from linarena.training.launch import resolve_precision
 from linarena.training.module import ClassificationModule
 from linarena.training.perf import PerfMonitor
 from linarena.training.signals import SaveOnSignal
 from linarena.training.summary import run_names
+
+# Arguments the code passes to each group's _target_, never set in the config. this module builds
+# its keyword arguments from these names and config_checks accepts them, so they cannot drift
+# apart.
+DATAMODULE_ARGS = ("vocab_size", "num_classes", "head_kind")  # model sizes from the datamodule
+ATTENTION_ARGS = ("head_dim", "causal")  # per layer, from the model (TransformerClassifier)
+TRAINER_ARGS = ("callbacks", "logger", "precision", "plugins")
+INJECTED = {
+    "model": {*DATAMODULE_ARGS, "attention"},
+    "attention": set(ATTENTION_ARGS),
+    "trainer": set(TRAINER_ARGS),
+}
 
 
 @dataclass
@@ -43,7 +46,6 @@ class Components:
     trainer: Trainer
     perf: PerfMonitor
     precision: str
-    ckpt_path: str | None
     signals: SaveOnSignal
 
 
@@ -74,23 +76,11 @@ def build_loggers(cfg: DictConfig) -> list[Logger]:
     ]
 
 
-def build_components(
-    cfg: DictConfig,
-    output_dir: Path,
-    multirun: bool,
-    launcher_target: str | None,
-    identity: dict[str, Any],
-) -> Components:
-    """Check the config, then build every object of the run (no data is loaded yet);
-    `identity` (checkpoint_identity.run_identity) goes into every checkpoint."""
-    check_config(cfg)
-    check_accelerator(cfg.trainer)
-    check_ddp_launch(cfg.trainer, multirun, launcher_target)
-    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), output_dir)
+def build_components(cfg: DictConfig, output_dir: Path, identity: dict[str, Any]) -> Components:
+    """Build every object of a checked config's run (no data is loaded yet); `identity`
+    (checkpoint_identity.run_identity) goes into every checkpoint."""
     seed_everything(cfg.seed, workers=True)
-
     datamodule = instantiate_group(cfg.data, "data")
-    check_memory(cfg, str(cfg.trainer.accelerator))
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)
     model = build_model(cfg, datamodule)
@@ -127,7 +117,7 @@ def build_components(
     )
     for logger in loggers:
         logger.log_hyperparams(logged_config(cfg, task, attention, precision))
-    return Components(datamodule, module, trainer, perf, precision, ckpt_path, signals)
+    return Components(datamodule, module, trainer, perf, precision, signals)
 
 
 def logged_config(cfg: DictConfig, task: str, attention: str, precision: str) -> dict[str, Any]:

@@ -21,8 +21,9 @@ from linarena.run_lock import (
     run_folder_lock,
 )
 from linarena.training.environment import normalise_environment, os_error_message
+from linarena.training.launch import hydra_context
 from linarena.training.resume import clean_checkpoint_step
-from linarena.training.run import hydra_context, train
+from linarena.training.run import train
 from linarena.training.signals import RunStopped
 
 # OS errors whose cause is the machine, not the code: reported in one line.

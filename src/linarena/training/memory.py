@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from linarena.attention import SoftmaxAttention
 from linarena.errors import ResourceError
-from linarena.training.checks import resolve_precision
+from linarena.training.launch import resolve_precision
 
 FLOAT32 = 4
 

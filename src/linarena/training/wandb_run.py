@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from linarena.files import write_text_atomic
 from linarena.metrics import METRICS, STEP_KEY
-from linarena.training.checks import check_known_keys
+from linarena.training.config_checks import check_known_keys
 
 log = logging.getLogger(__name__)
 

@@ -1,41 +1,19 @@
-"""Checks of the composed config before anything is built, so a wrong setting fails in a second
-with a message naming the key, not after data generation or mid-training."""
+"""Checks of the composed config's keys and values before anything is built, so a wrong setting
+fails in a second with a message naming the key, not after data generation or mid-training."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
-import torch
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from linarena.attention import LinearAttention
 from linarena.errors import ConfigError
-from linarena.training.resume import checkpoint_path
-
-# Arguments the code passes to each group's _target_, never set in the config. build.py builds
-# its keyword arguments from these names, so the two cannot drift apart.
-DATAMODULE_ARGS = ("vocab_size", "num_classes", "head_kind")  # model sizes from the datamodule
-ATTENTION_ARGS = ("head_dim", "causal")  # per layer, from the model (TransformerClassifier)
-TRAINER_ARGS = ("callbacks", "logger", "precision", "plugins")
-INJECTED = {
-    "model": {*DATAMODULE_ARGS, "attention"},
-    "attention": set(ATTENTION_ARGS),
-    "trainer": set(TRAINER_ARGS),
-}
-# Strategies whose processes are started by the strategy itself inside the current process tree
-# (spawn/fork) rather than by re-running the script.
-SPAWNING_STRATEGIES = ("spawn", "fork", "notebook")
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-# Launchers whose jobs do not get their DDP ranks started for them: the basic one, and
-# submitit's local executor (it starts tasks_per_node processes but sets no SLURM_* variables,
-# so Lightning cannot see them as ranks and re-runs submitit's own entry script instead).
-NON_RANK_LAUNCHERS = (BASIC_LAUNCHER,
-                      "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher")
+from linarena.training.build import ATTENTION_ARGS, INJECTED
 
 
 def target_of(node: DictConfig, group: str) -> Callable[..., Any]:
@@ -102,8 +80,12 @@ def _did_you_mean(key: str, valid: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+TEST_CHECKPOINTS = ("best", "last")
+
+
 def check_config(cfg: DictConfig) -> None:
     """All checks that need only the config."""
+    check_test_checkpoint(cfg.get("test_checkpoint", "best"))
     for group in ("data", "attention", "model", "optim", "trainer"):
         check_keys(cfg[group], group)
     for name, node in cfg.get("callbacks", {}).items():
@@ -120,6 +102,15 @@ def check_config(cfg: DictConfig) -> None:
             f"{model.max_length}: sequences of up to {cfg.data.max_length} tokens would not fit. "
             f"Set model.max_length={cfg.data.max_length} (its default is ${{data.max_length}}) "
             f"or data.max_length={model.max_length}."
+        )
+
+
+def check_test_checkpoint(which: Any) -> None:
+    """test_checkpoint is one of TEST_CHECKPOINTS."""
+    if str(which) not in TEST_CHECKPOINTS:
+        raise ConfigError(
+            f"test_checkpoint={which!r}: use test_checkpoint=best (best val/acc checkpoint) or "
+            "test_checkpoint=last (the weights at the end of training, as the LRA scripts)."
         )
 
 
@@ -227,64 +218,3 @@ def fit_validation_interval(cfg: DictConfig, user_overrides: Iterable[str]) -> i
     with open_dict(trainer):
         trainer.val_check_interval = max_steps
     return interval
-
-
-def resolve_precision(precision: Any, accelerator: str) -> str:
-    """'auto' becomes bf16-mixed on a GPU that supports it, else 32-true; other values pass."""
-    if str(precision) != "auto":
-        return str(precision)
-    on_gpu = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
-
-
-def count_devices(devices: Any, accelerator: str) -> int:
-    """How many processes Lightning would start for trainer.devices on this machine."""
-    gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
-    if isinstance(devices, int):
-        return (gpus or 1) if devices == -1 else devices
-    if isinstance(devices, str):
-        if devices.strip().lstrip("-").isdigit():
-            return count_devices(int(devices), accelerator)
-        if devices == "auto":
-            return gpus or 1
-        return len([d for d in devices.split(",") if d.strip()])
-    return len(list(devices))
-
-
-def check_accelerator(trainer: DictConfig) -> None:
-    """A GPU accelerator asked for on a machine without one: the way out, instead of
-    Lightning's "No supported gpu backend found!"."""
-    accelerator = str(trainer.get("accelerator", "auto"))
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        devices = trainer.get("devices", 1)
-        raise ConfigError(
-            f"trainer.accelerator={accelerator} (trainer.devices={devices}), but this machine "
-            "has no GPU that PyTorch can use. Add trainer.accelerator=cpu to run on the CPU "
-            f"(with trainer=ddp, trainer.devices={devices} starts {devices} CPU processes), or "
-            "run on a machine with a GPU."
-        )
-
-
-def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str | None) -> None:
-    """Under Hydra multirun with the basic launcher, DDP's subprocess launcher re-runs the script
-    with the sweep arguments (hangs or repeated sweeps): refuse it with the ways out."""
-    if not multirun or launcher_target not in NON_RANK_LAUNCHERS:
-        return
-    accelerator = str(trainer.get("accelerator", "auto"))
-    processes = count_devices(trainer.get("devices", 1), accelerator) * int(
-        trainer.get("num_nodes", 1)
-    )
-    strategy = str(trainer.get("strategy", "auto"))
-    if processes > 1 and not any(word in strategy for word in SPAWNING_STRATEGIES):
-        raise ConfigError(
-            f"trainer.strategy={strategy} with {processes} processes cannot run under a Hydra "
-            f"multirun (-m) with the launcher {launcher_target.rsplit('.', 1)[-1]}: it does not "
-            "start DDP ranks, and Lightning would re-run the script with the sweep's arguments. "
-            "Use hydra/launcher=slurm (SLURM starts the ranks), or "
-            "trainer.strategy=ddp_spawn, or run the jobs one at a time without -m."
-        )
-
-
-def resolve_ckpt_path(ckpt_path: str | None, output_dir: Path) -> str | None:
-    """ckpt_path=last means <output_dir>/checkpoints/last.ckpt; any other path must exist."""
-    return None if ckpt_path is None else str(checkpoint_path(str(ckpt_path), output_dir))
