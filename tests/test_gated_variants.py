@@ -19,12 +19,18 @@ from linarena.attention.maps.elu import EluFeatures
 from linarena.attention.recurrent import (
     DeltaNetAttention,
     GLAAttention,
+    RecurrentAttention,
     RetNetAttention,
 )
-from linarena.attention.variants import load_variant
+from linarena.attention.variants import load_variant, variant_names
 from linarena.models import TransformerClassifier
 
-GATED = ["deltanet", "gated_deltanet", "gla", "mamba2", "retnet"]
+# Every variant whose core is a recurrence (a subclass of RecurrentAttention), read from the
+# registry (conf/attention/): a new core is tested here without being named.
+RECURRENT = [name for name in variant_names()
+             if isinstance(core(build(name, causal=True)), RecurrentAttention)]
+# The cores that compute gates or beta from the token (RecurrentAttention.reads_token).
+TOKEN_READING = [name for name in RECURRENT if core(build(name, causal=True)).reads_token]
 
 
 def group_norm(x: torch.Tensor) -> torch.Tensor:
@@ -121,7 +127,12 @@ def test_linear_attention_takes_an_output_norm_after_its_denominator():
         LinearAttention(16, feature_map=EluFeatures(), output_norm="none")
 
 
-@pytest.mark.parametrize("name", ["gla", "deltanet", "mamba2"])
+def test_the_registry_finds_the_recurrences():
+    assert {"retnet", "gla", "mamba2", "deltanet", "gated_deltanet"} <= set(RECURRENT)
+    assert "elu" not in RECURRENT and "retnet" not in TOKEN_READING and "gla" in TOKEN_READING
+
+
+@pytest.mark.parametrize("name", TOKEN_READING)
 def test_a_token_reading_core_says_it_needs_x(name):
     attn = core(build(name, causal=False))
     q = torch.randn(2, 3, 5, 16)
@@ -129,9 +140,9 @@ def test_a_token_reading_core_says_it_needs_x(name):
         attn(q, q, q)
 
 
-@pytest.mark.parametrize("name", ["gla", "gated_deltanet"])
+@pytest.mark.parametrize("name", TOKEN_READING)
 def test_the_block_feeds_the_token_to_the_gates(name):
-    """In a model, the gate parameters get gradients: the block passes x= to the core."""
+    """In a model, every parameter of the core gets a gradient: the block passes x= to it."""
     factory = load_variant(name, {"d_model": 32, "num_heads": 2})
     torch.manual_seed(0)
     model = TransformerClassifier(vocab_size=10, num_classes=3, head_kind="sequence",
@@ -139,12 +150,13 @@ def test_the_block_feeds_the_token_to_the_gates(name):
                                   mlp_dim=32)
     tokens = torch.randint(1, 10, (2, 7))
     model(tokens, torch.ones(2, 7, dtype=torch.bool)).sum().backward()
-    gate = model.blocks[0].attention.core
-    proj = gate.gate_down if name == "gla" else gate.gate.dt_proj
-    assert proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0
+    params = dict(model.blocks[0].attention.core.named_parameters())
+    assert params, f"{name}: a token-reading core without parameters"
+    silent = [key for key, p in params.items() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not silent, f"{name}: no gradient reaches {silent}"
 
 
-@pytest.mark.parametrize("name", GATED)
+@pytest.mark.parametrize("name", RECURRENT)
 def test_recurrent_state_accumulates_in_fp32(name):
     attn = build(name, causal=True, head_dim=8, heads=2)
     q = torch.randn(1, 2, 8, dtype=torch.bfloat16)
@@ -153,7 +165,7 @@ def test_recurrent_state_accumulates_in_fp32(name):
     assert state.state.shape == (1, 2, 8, 8) and state.position == 1
 
 
-@pytest.mark.parametrize("name", GATED)
+@pytest.mark.parametrize("name", RECURRENT)
 def test_mqar_state_size_is_k_dim_by_v_dim_per_head_and_layer(name):
     """d_model 32 in 2 heads: head_dim 16, S 16 x 16 per head, 2 heads, the preset's 2 layers."""
     cfg = compose_config(["experiment=mqar_study_cpu", f"attention={name}",
@@ -163,7 +175,7 @@ def test_mqar_state_size_is_k_dim_by_v_dim_per_head_and_layer(name):
     assert state_size(config) == (16 * 16 * 2 * 2, "recurrent")
 
 
-@pytest.mark.parametrize("name", GATED)
+@pytest.mark.parametrize("name", RECURRENT)
 def test_a_recurrent_state_of_another_layer_batch_or_dtype_is_refused(name):
     attn = build(name, causal=True, head_dim=8, heads=2)
     other = "retnet" if name != "retnet" else "gla"

@@ -45,6 +45,25 @@ def test_padded_positions_do_not_leak_into_real_ones() -> None:
     torch.testing.assert_close(conv(x, mask)[:, 1:], conv(other, mask)[:, 1:])
 
 
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_non_finite_padding_changes_no_gradient(poison: float) -> None:
+    """Right padding holding NaN or Inf (0 * NaN is NaN: masking by a product would spread it
+    to the conv's weight gradient)."""
+    torch.manual_seed(0)
+    conv = ShortConv(d_model=4, kernel_size=3).double()
+    mask = torch.tensor([[True, True, True, False, False]])
+    grads = []
+    for fill in (0.0, poison):
+        x = torch.randn(1, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        x[:, 3:] = fill
+        x.requires_grad_(True)
+        conv.zero_grad()
+        conv(x, mask)[:, :3].sum().backward()
+        grads.append((x.grad[:, :3].clone(), conv.conv.weight.grad.clone()))
+    for clean, poisoned in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(poisoned, clean)
+
+
 @pytest.mark.parametrize("attention", ["softmax", "elu"])
 def test_the_model_with_a_short_conv_stays_causal(attention: str) -> None:
     torch.manual_seed(0)

@@ -17,6 +17,7 @@ from linarena.attention.validation import (
     check_attention_inputs,
     check_head_dim,
     check_state,
+    empty_output,
     zero_padding,
 )
 
@@ -89,7 +90,8 @@ class LinearAttention(nn.Module):
         `return_state=True` also returns the state after these tokens (padded ones excluded),
         which step() or the next segment's forward continue from.
 
-        Returns (batch, heads, length, head_dim), or (that, state) with return_state.
+        Returns (batch, heads, length, head_dim), or (that, state) with return_state; length 0
+        gives an empty output and the state unchanged.
         """
         name = type(self).__name__
         check_attention_inputs(q, k, v, mask, self.head_dim, name)
@@ -104,11 +106,12 @@ class LinearAttention(nn.Module):
             self._check_state(initial_state, q, v, dtype)
         start = 0 if initial_state is None else initial_state.position
         self.feature_map.check_length(start + length)
+        if length == 0:  # nothing to compute; the kernels and some maps need a token
+            return self._no_tokens(q, v, dtype, initial_state, return_state)
         out_dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
             context = self.feature_map.context(mask, batch, start + length, q.device)
-            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-            k, v = zero_padding(k, mask), zero_padding(v, mask)
+            q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
             positions = torch.arange(start, start + length, device=q.device)
             (phi_q, lq), (phi_k, lk) = self._features(q, k, positions, context)
             if self.causal:
@@ -161,6 +164,21 @@ class LinearAttention(nn.Module):
             out, state = self.kernels.step(phi_q, phi_k, v, lq, lk, state, self.eps)
             out = self.output_norm(out)
         return out[:, :, 0].to(out_dtype), state
+
+    def _no_tokens(
+        self, q: Tensor, v: Tensor, dtype: torch.dtype,
+        initial_state: LinearAttentionState | None, return_state: bool,
+    ) -> Tensor | tuple[Tensor, LinearAttentionState]:
+        """forward() of length 0: the empty output (batch, heads, 0, d_v), and with return_state
+        the state unchanged (initial_state, or the state before any token)."""
+        out = empty_output(v)
+        if not return_state:
+            return out
+        if initial_state is None:
+            num_features = self.feature_map.num_features(self.head_dim)
+            initial_state = LinearAttentionState.zeros(q.to(dtype), num_features, v.shape[-1],
+                                                       self._state_key())
+        return out, initial_state
 
     def _features(self, q: Tensor, k: Tensor, positions: Tensor, context) -> tuple:
         """((phi_q, query log-scale), (phi_k, key log-scale)), each computed once."""

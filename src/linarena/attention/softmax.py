@@ -42,7 +42,9 @@ class SoftmaxAttention(nn.Module):
         if self.causal and mask is not None:
             check_right_padded(mask, type(self).__name__)
         dropout_p = self.dropout if self.training else 0.0
-        k, v = zero_padding(k, mask), zero_padding(v, mask)  # a masked NaN is still NaN
+        # torch.where, not a product (0 * NaN is NaN); a padded query too, or its NaN would
+        # reach the keys' and values' gradients through the backward pass.
+        q, k, v = (zero_padding(t, mask) for t in (q, k, v))
         if self.causal or mask is None:
             # Right padding: under a causal mask a real query never sees a padded key, so the
             # key mask is redundant and the flash kernel (which takes no explicit mask) stays usable.

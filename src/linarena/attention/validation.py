@@ -55,11 +55,23 @@ def check_attention_inputs(
 
 
 def zero_padding(x: Tensor, mask: Tensor | None) -> Tensor:
-    """x (batch, heads, length, dim) with padded positions set to 0, so that what a padded key
-    or value holds (NaN, inf, junk) never reaches a real token: 0 * NaN would still be NaN."""
+    """x (batch, heads, length, dim), or a token representation (batch, length, d_model), with
+    padded positions set to 0 by torch.where, before x enters any computation: what a padded
+    query, key, value or token holds (NaN, inf, junk) then reaches no real output and no
+    gradient. Masking later by a product would not do: 0 * NaN is NaN, and the backward pass of
+    a padded query's output multiplies a zero gradient by that query's NaN weights, which the
+    real keys' and values' gradients sum over."""
     if mask is None:
         return x
-    return torch.where(mask[:, None, :, None], x, 0.0)
+    real = mask[:, None, :, None] if x.dim() == 4 else mask[:, :, None]
+    return torch.where(real, x, 0.0)
+
+
+def empty_output(v: Tensor) -> Tensor:
+    """The output of a call with no tokens: (batch, heads, 0, d_v), v's shape and dtype. A copy of
+    (empty) v rather than new zeros, so it stays in v's autograd graph and a backward through it
+    runs as through any call's."""
+    return v.clone()
 
 
 def check_state(made_by: str | None, tensor: Tensor, key: str, shape: dict[str, int],

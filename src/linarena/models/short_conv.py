@@ -7,6 +7,7 @@ Zoology and Based MQAR studies give every model a short causal convolution (kern
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
@@ -32,6 +33,7 @@ class ShortConv(nn.Module):
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x: (batch, length, d_model); mask: bool (batch, length), True for real tokens,
         right-padded -> (batch, length, d_model). Padded positions are zeroed before mixing."""
-        x = x * mask.unsqueeze(-1).to(x.dtype)
+        # where, not a product: 0 * NaN is NaN, and would reach the conv's weight gradient.
+        x = torch.where(mask.unsqueeze(-1), x, 0.0)
         padded = F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0))  # (batch, d_model, length')
         return x + self.conv(padded).transpose(1, 2)

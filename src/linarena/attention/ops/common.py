@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from linarena.attention.validation import empty_output
+
 
 @dataclass
 class OpInputs:
@@ -60,10 +62,15 @@ def _check_float(name: str, label: str, t: Tensor) -> None:
 def prepare(
     name: str, q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor | None, beta: Tensor | None,
     *, causal: bool, scale: float | None, mask: Tensor | None, initial_state: Tensor | None,
-    return_state: bool, per_feature_gate: bool,
+    return_state: bool, per_feature_gate: bool, chunk_size: int, backend: str,
 ) -> OpInputs:
-    """Check the op's arguments (one-line errors) and neutralise padded positions with
+    """Check the op's arguments (one-line errors), all of them before any is used (a call with
+    no tokens returns before the backend runs), and neutralise padded positions with
     torch.where, so junk (NaN included) there reaches nothing."""
+    if backend not in ("torch", "fla"):
+        raise ValueError(f"{name}: backend must be 'torch' or 'fla', got {backend!r}.")
+    if chunk_size < 1:
+        raise ValueError(f"{name}: chunk_size must be >= 1, got {chunk_size}.")
     for label, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name}: {label} must have shape (batch, heads, n, dim), "
@@ -74,6 +81,10 @@ def prepare(
                          f"(batch, heads, n, v_dim), got q {tuple(q.shape)}, k {tuple(k.shape)}, "
                          f"v {tuple(v.shape)}.")
     batch, heads, length, k_dim = q.shape
+    if k_dim == 0:
+        raise ValueError(f"{name}: k_dim must be at least 1, got q {tuple(q.shape)} and k "
+                         f"{tuple(k.shape)} (batch, heads, n, k_dim): with no key features "
+                         "there is no attention, and no default scale k_dim ** -0.5.")
     per_head = (batch, heads, length)
     if log_gate is None:
         log_gate = q.new_zeros(*per_head, 1)
@@ -116,6 +127,22 @@ def prepare(
     return OpInputs(q, k, v, log_gate, beta, initial_state, scale)
 
 
+def no_tokens(
+    inputs: OpInputs, like: Tensor, return_state: bool
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The result of a call with n = 0, which has nothing to compute (a chunked pass needs a
+    token): out (batch, heads, 0, v_dim) in like's (v's) dtype, and with return_state the state
+    unchanged, in the compute dtype: initial_state, or zeros (batch, heads, k_dim, v_dim)."""
+    out = empty_output(like)
+    if not return_state:
+        return out
+    dtype = compute_dtype(inputs.q, inputs.k, inputs.v)
+    if inputs.initial_state is not None:
+        return out, inputs.initial_state.to(dtype)
+    batch, heads, _, k_dim = inputs.q.shape
+    return out, inputs.q.new_zeros(batch, heads, k_dim, like.shape[-1], dtype=dtype)
+
+
 def to_chunks(x: Tensor, chunk_size: int) -> Tensor:
     """(batch, heads, n, ...) -> (batch, heads, n_chunks, chunk_size, ...), zero-padded at the
     end (a zero token with log gate 0 and beta 0 changes nothing)."""
@@ -151,15 +178,11 @@ def causal_tril(size: int, strict: bool, device: torch.device) -> Tensor:
 ChunkedPass = Callable[[OpInputs, int, bool], tuple[Tensor, Tensor]]
 
 
-def run_torch(name: str, inputs: OpInputs, chunked: ChunkedPass, chunk_size: int, causal: bool,
-              backend: str, like: Tensor, return_state: bool) -> Tensor | tuple[Tensor, Tensor]:
+def run_torch(inputs: OpInputs, chunked: ChunkedPass, chunk_size: int, causal: bool,
+              like: Tensor, return_state: bool) -> Tensor | tuple[Tensor, Tensor]:
     """The torch backend of an op: its chunked pass in full precision, run forwards and, when
     bidirectional, strictly backwards on the reversed sequence (token i counts once); scaled and
     cast to `like`'s dtype (v's)."""
-    if backend != "torch":
-        raise ValueError(f"{name}: backend must be 'torch' or 'fla', got {backend!r}.")
-    if chunk_size < 1:
-        raise ValueError(f"{name}: chunk_size must be >= 1, got {chunk_size}.")
     dtype = compute_dtype(inputs.q, inputs.k, inputs.v)
     with full_precision(inputs.q.device):
         inputs = inputs.to(dtype)

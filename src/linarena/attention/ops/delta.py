@@ -9,6 +9,7 @@ from linarena.attention.ops.common import (
     OpInputs,
     causal_tril,
     from_chunks,
+    no_tokens,
     prepare,
     run_torch,
     to_chunks,
@@ -23,12 +24,12 @@ def delta_rule(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Linear attention whose state is rewritten by the delta rule at every token.
 
-    q, k: (batch, heads, n, k_dim); v: (batch, heads, n, v_dim); beta: (batch, heads, n) in
-    [0, 1]; log_gate: None or (batch, heads, n), one gate per head, finite values <= 0 (beta and
-    gate ranges checked asynchronously); scale: defaults to k_dim ** -0.5; mask: bool (batch, n),
-    True for real tokens: a padded token changes no real output and does not enter the state
-    (its q, k, v and beta are zeroed and its gate set to 1 first, with torch.where, so NaN there
-    is harmless); its own output is 0.
+    q, k: (batch, heads, n, k_dim), k_dim >= 1; v: (batch, heads, n, v_dim); beta: (batch,
+    heads, n) in [0, 1]; log_gate: None or (batch, heads, n), one gate per head, finite values
+    <= 0 (beta and gate ranges checked asynchronously); scale: defaults to k_dim ** -0.5; mask:
+    bool (batch, n), True for real tokens: a padded token changes no real output and does not
+    enter the state (its q, k, v and beta are zeroed and its gate set to 1 first, with
+    torch.where, so NaN there is harmless); its own output is 0.
 
     Causal: S_t = exp(g_t) S_{t-1}; u_t = beta_t (v_t - S_t^T k_t); S_t += k_t u_t^T;
     o_t = scale * S_t^T q_t, S_0 = initial_state (zeros if None). Bidirectional:
@@ -45,19 +46,22 @@ def delta_rule(
     Dtypes: float64 inputs are computed in float64; anything else in float32 with autocast
     off, the output cast back to v's dtype. Returns out (batch, heads, n, v_dim), and with
     return_state=True (causal only) also the final state (batch, heads, k_dim, v_dim) in the
-    compute dtype. backend="fla": fla-core's Triton kernels (causal, CUDA; see
+    compute dtype; n = 0 gives an empty out and the initial state (zeros if None).
+    backend="fla": fla-core's Triton kernels (causal, CUDA; see
     linarena.attention.ops.fla).
     """
     name = "delta_rule"
     inputs = prepare(name, q, k, v, log_gate, beta, causal=causal, scale=scale, mask=mask,
                      initial_state=initial_state, return_state=return_state,
-                     per_feature_gate=False)
+                     per_feature_gate=False, chunk_size=chunk_size, backend=backend)
+    if q.shape[2] == 0:  # nothing to compute, on either backend (a chunked pass needs a token)
+        return no_tokens(inputs, v, return_state)
     if backend == "fla":
         from linarena.attention.ops import fla
 
         return fla.delta_rule_fla(inputs, gate_given=log_gate is not None, causal=causal,
                                   return_state=return_state)
-    return run_torch(name, inputs, _chunked, chunk_size, causal, backend, v, return_state)
+    return run_torch(inputs, _chunked, chunk_size, causal, v, return_state)
 
 
 def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, Tensor]:

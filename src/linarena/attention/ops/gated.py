@@ -10,6 +10,7 @@ from linarena.attention.ops.common import (
     OpInputs,
     causal_tril,
     from_chunks,
+    no_tokens,
     prepare,
     run_torch,
     to_chunks,
@@ -27,12 +28,12 @@ def gated_linear_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Linear attention whose state decays by a gate at every token. No denominator.
 
-    q, k: (batch, heads, n, k_dim); v: (batch, heads, n, v_dim); log_gate: None (no decay),
-    (batch, heads, n) (one gate per head) or (batch, heads, n, k_dim) (one per key feature),
-    finite values <= 0 (checked asynchronously); scale: defaults to k_dim ** -0.5; mask: bool
-    (batch, n), True for real tokens: a padded token changes no real output and does not enter
-    the state (its q, k, v are zeroed and its gate set to 1 before anything, with torch.where,
-    so NaN there is harmless); its own output is 0.
+    q, k: (batch, heads, n, k_dim), k_dim >= 1; v: (batch, heads, n, v_dim); log_gate: None (no
+    decay), (batch, heads, n) (one gate per head) or (batch, heads, n, k_dim) (one per key
+    feature), finite values <= 0 (checked asynchronously); scale: defaults to k_dim ** -0.5;
+    mask: bool (batch, n), True for real tokens: a padded token changes no real output and does
+    not enter the state (its q, k, v are zeroed and its gate set to 1 before anything, with
+    torch.where, so NaN there is harmless); its own output is 0.
 
     Causal: S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = scale * S_t^T q_t, S_0 =
     initial_state (zeros if None). Bidirectional: o_i = scale * (F_i^T q_i + B_i^T q_i), with
@@ -50,19 +51,22 @@ def gated_linear_attention(
     Dtypes: float64 inputs are computed in float64; anything else in float32 with autocast
     off, the output cast back to v's dtype. Returns out (batch, heads, n, v_dim), and with
     return_state=True (causal only) also the final state (batch, heads, k_dim, v_dim) in the
-    compute dtype, which initial_state of a next call continues from exactly. backend="fla":
+    compute dtype, which initial_state of a next call continues from exactly; n = 0 gives an
+    empty out and the initial state (zeros if None). backend="fla":
     fla-core's Triton kernels (causal, CUDA; see linarena.attention.ops.fla).
     """
     name = "gated_linear_attention"
     inputs = prepare(name, q, k, v, log_gate, None, causal=causal, scale=scale, mask=mask,
                      initial_state=initial_state, return_state=return_state,
-                     per_feature_gate=True)
+                     per_feature_gate=True, chunk_size=chunk_size, backend=backend)
+    if q.shape[2] == 0:  # nothing to compute, on either backend (a chunked pass needs a token)
+        return no_tokens(inputs, v, return_state)
     if backend == "fla":
         from linarena.attention.ops import fla
 
         return fla.gated_linear_attention_fla(inputs, gate_given=log_gate is not None,
                                               causal=causal, return_state=return_state)
-    return run_torch(name, inputs, _chunked, chunk_size, causal, backend, v, return_state)
+    return run_torch(inputs, _chunked, chunk_size, causal, v, return_state)
 
 
 def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, Tensor]:

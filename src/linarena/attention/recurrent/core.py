@@ -22,7 +22,12 @@ from torch.nn import functional as F
 
 from linarena.attention.ops import delta_rule, gated_linear_attention
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
-from linarena.attention.validation import check_attention_inputs, check_head_dim, check_state
+from linarena.attention.validation import (
+    check_attention_inputs,
+    check_head_dim,
+    check_state,
+    zero_padding,
+)
 
 
 class Recurrence(NamedTuple):
@@ -132,7 +137,8 @@ class RecurrentAttention(nn.Module):
         tokens (from forward(..., return_state=True) or step()); `return_state=True` also
         returns the state after these tokens (padded ones excluded).
 
-        Returns (batch, heads, length, head_dim), or (that, state) with return_state.
+        Returns (batch, heads, length, head_dim), or (that, state) with return_state; length 0
+        gives an empty output and the state unchanged (the op returns early).
         """
         name = type(self).__name__
         check_attention_inputs(q, k, v, mask, self.head_dim, name)
@@ -143,13 +149,18 @@ class RecurrentAttention(nn.Module):
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         if initial_state is not None:
             self._check_state(initial_state, q, dtype)
+        out_dtype = v.dtype
         with torch.autocast(device_type=q.device.type, enabled=False):
-            r = self.recurrence_inputs(*(t.to(dtype) for t in (q, k, v)),
-                                       None if x is None else x.to(dtype))
+            # Zeroed before recurrence(), not only in the op: the q, k transforms, Mamba-2's
+            # v * dt and the gates computed from x would carry a padded NaN into the gradients
+            # of the gate parameters (and of x) through products with a zero gradient.
+            q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
+            x = None if x is None else zero_padding(x.to(dtype), mask)
+            r = self.recurrence_inputs(q, k, v, x)
             start = None if initial_state is None else initial_state.state
             result = self._op(r, mask, self.causal, start, return_state)
             raw, new = result if return_state else (result, None)
-            out = self.output(raw).to(v.dtype)
+            out = self.output(raw).to(out_dtype)
         if not return_state:
             return out
         position = 0 if initial_state is None else initial_state.position
