@@ -70,7 +70,8 @@ def test_smoke_run_trains_tests_and_writes_summary(
     assert metrics["perf/tokens_per_sec"] > metrics["perf/samples_per_sec"] > 0
     assert metrics["model/params"] > 0 and metrics["perf/peak_memory_mb"] > 0
     assert summary["hparams"]["precision"] == "32-true"
-    assert (summary["hparams"]["num_features"] == 256) == (attention == "performer")
+    assert (summary["hparams"]["attention"].get("num_features") == 256) == (attention == "performer")
+    assert "data_dir" not in summary["hparams"]["data"]  # where the data live is no setting
     assert (output_dir / "checkpoints" / "last.ckpt").is_file()
 
     with open(output_dir / "csv" / "version_0" / "metrics.csv") as handle:

@@ -139,3 +139,16 @@ class SignalAtStep(Callback):
         if trainer.global_step == self.step and not self.once.exists():
             self.once.touch()
             os.kill(os.getpid(), getattr(signal, self.signal_name))
+
+
+def skip_without_logger_packages(logger: str) -> None:
+    """Skip the calling test when `logger=<logger>` needs an optional package (its YAML's
+    `_requires_`) that is not installed."""
+    import pytest
+
+    from linarena.training.build import logger_nodes, missing_requirement
+
+    for node in logger_nodes(compose_config([f"logger={logger}"])).values():
+        package = missing_requirement(node)
+        if package is not None:
+            pytest.skip(f"logger={logger} needs the package {package}, which is not installed")

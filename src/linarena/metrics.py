@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 # summary.json's format. 1: the first (no schema_version key); 2: schema_version and the resolved
-# config ("config") added, optional metrics may be absent. Readers accept every version.
-SCHEMA_VERSION = 2
+# config ("config") added, optional metrics may be absent; 3: hparams.attention and hparams.data
+# (every scalar setting of those groups) replace hparams.num_features and
+# hparams.zero_pixel_is_padding. Readers accept every version.
+SCHEMA_VERSION = 3
 # W&B's x axis: every row is logged with the trainer's global step under this key.
 STEP_KEY = "trainer/global_step"
 
@@ -42,6 +44,8 @@ class Metric:
         since: the summary.json schema version that first has it (older summaries lack it).
         prefix: `key` names a family: every logged key that starts with it (one per test
             setting, e.g. test/acc_L256_P64 of the MQAR mixture), each treated as this metric.
+        measured: a measurement of the machine (time, memory), not a result of the
+            computation: two identical runs give other values.
     """
 
     key: str
@@ -57,26 +61,35 @@ class Metric:
     in_row: bool = False
     since: int = 1
     prefix: bool = False
+    measured: bool = False
 
 
 TEST_ACC = Metric("test/acc", in_summary=True, required=True, name="test_acc_pct",
                   column="test acc (%)", digits=2, scale=100.0)
 TOKENS_PER_SEC = Metric("perf/tokens_per_sec", in_summary=True, required=True,
-                        name="tokens_per_sec", column="tokens/s", progress=("tok/s", ",.0f"))
+                        name="tokens_per_sec", column="tokens/s", progress=("tok/s", ",.0f"),
+                        measured=True)
 PEAK_MEMORY_MB = Metric("perf/peak_memory_mb", in_summary=True, required=True,
-                        name="peak_memory_mb", column="peak memory (MB)", digits=1)
+                        name="peak_memory_mb", column="peak memory (MB)", digits=1,
+                        measured=True)
 PARAMS = Metric("model/params", in_summary=True, required=True, name="params", column="params",
                 integer=True)
 TEST_LOSS = Metric("test/loss", in_summary=True)
-SAMPLES_PER_SEC = Metric("perf/samples_per_sec", in_summary=True)
+SAMPLES_PER_SEC = Metric("perf/samples_per_sec", in_summary=True, measured=True)
 VAL_ACC_BEST = Metric("val/acc_best", in_summary=True, in_row=True, progress=("best", ".3f"))
 VAL_ACC = Metric("val/acc", wandb_summary="max", progress=("val_acc", ".3f"))
+VAL_LOSS = Metric("val/loss", wandb_summary="min")
+TRAIN_LOSS = Metric("train/loss", wandb_summary="min", progress=("loss", ".3f"))
+TRAIN_ACC = Metric("train/acc")
+TRAIN_LR = Metric("train/lr")
 # Accuracy per test setting, test/acc_L<length>_P<pairs>, from tasks with several (MQAR mixture).
 TEST_ACC_PER_SETTING = Metric("test/acc_", in_summary=True, prefix=True, since=2)
 
 METRICS: tuple[Metric, ...] = (
-    Metric("train/loss", wandb_summary="min", progress=("loss", ".3f")),
-    Metric("val/loss", wandb_summary="min"),
+    TRAIN_LOSS,
+    TRAIN_ACC,
+    TRAIN_LR,
+    VAL_LOSS,
     VAL_ACC,
     TEST_ACC,
     TEST_LOSS,
@@ -93,6 +106,11 @@ def summary_metrics() -> tuple[Metric, ...]:
     """The metrics every summary.json's "metrics" block holds, in registry order (families of
     per-setting keys, present only for the tasks that have them, are not listed)."""
     return tuple(m for m in METRICS if m.in_summary and not m.prefix)
+
+
+def measured_metrics() -> tuple[Metric, ...]:
+    """The metrics that measure the machine (two identical runs differ in them)."""
+    return tuple(m for m in METRICS if m.measured)
 
 
 def compared_metrics() -> tuple[Metric, ...]:

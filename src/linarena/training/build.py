@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,13 +68,38 @@ def build_model(cfg: DictConfig, datamodule: LightningDataModule) -> nn.Module:
     return instantiate_group(cfg.model, "model", **sizes, attention=attention)
 
 
+# Keys a logger's YAML may add for the code around it, removed before it is built:
+# `_requires_`, the optional package it needs (a missing one is a one-line error, and the tests
+# of every logger skip it with that reason); `_files_`, what it writes in the run folder when it
+# is built (a run that fails before training removes its folder when nothing else is there).
+LOGGER_REQUIRES, LOGGER_FILES = "_requires_", "_files_"
+
+
+def logger_nodes(cfg: DictConfig) -> dict[str, DictConfig]:
+    """The `logger` group's loggers by name (a null entry is no logger)."""
+    return {key: node for key, node in (cfg.get("logger") or {}).items() if node is not None}
+
+
+def missing_requirement(node: DictConfig) -> str | None:
+    """The optional package a logger's YAML names under `_requires_` when it is not
+    installed, else None."""
+    package = node.get(LOGGER_REQUIRES)
+    return package if package and importlib.util.find_spec(package) is None else None
+
+
 def build_loggers(cfg: DictConfig) -> list[Logger]:
     """The loggers of the `logger` group, each built from its YAML file (conf/logger/)."""
-    return [
-        instantiate_group(node, f"logger.{key}")
-        for key, node in (cfg.get("logger") or {}).items()
-        if node is not None
-    ]
+    loggers = []
+    for key, node in logger_nodes(cfg).items():
+        package = missing_requirement(node)
+        if package is not None:
+            raise ConfigError(f"logger={key} needs the package {package}: pip install {package}, "
+                              "or pick another logger (conf/logger/).")
+        settings = OmegaConf.to_container(node, resolve=True)
+        for own_key in (LOGGER_REQUIRES, LOGGER_FILES):
+            settings.pop(own_key, None)
+        loggers.append(instantiate_group(OmegaConf.create(settings), f"logger.{key}"))
+    return loggers
 
 
 def build_components(cfg: DictConfig, output_dir: Path, identity: dict[str, Any]) -> Components:

@@ -20,6 +20,7 @@ from linarena.run_lock import (
     RunFolderTakenError,
     run_folder_lock,
 )
+from linarena.training.build import LOGGER_FILES, logger_nodes
 from linarena.training.environment import normalise_environment, os_error_message
 from linarena.training.launch import hydra_context
 from linarena.training.resume import clean_checkpoint_step
@@ -30,9 +31,10 @@ from linarena.training.signals import RunStopped
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 # Failures after which a new run's folder is kept: it is another process's, or it trained.
 KEEP_FOLDER_ON = (RunFolderBusyError, RunFolderTakenError, NonFiniteStateError, RunStopped)
-# What a new run writes before it trains (Hydra's files and log, the lock, the logger's first
-# files): a failed new run whose folder holds nothing else leaves no folder behind.
-SETUP_FILES = {".hydra", LOCK_FILE, OWNER_FILE, "wandb", "wandb_run_id.txt", "csv"}
+# What a new run writes before it trains (Hydra's files and log, the lock; the loggers' first
+# files are named by their YAML files, `_files_`): a failed new run whose folder holds nothing
+# else leaves no folder behind.
+SETUP_FILES = {".hydra", LOCK_FILE, OWNER_FILE}
 
 
 def explain(err: BaseException, output_dir: Path) -> str:
@@ -64,12 +66,14 @@ def explain(err: BaseException, output_dir: Path) -> str:
     return message
 
 
-def remove_if_unused(output_dir: Path) -> None:
+def remove_if_unused(output_dir: Path, cfg: DictConfig) -> None:
     """Remove the folder of a new run that failed before writing anything of its own."""
     if not output_dir.is_dir():
         return
+    setup = SETUP_FILES | {str(name) for node in logger_nodes(cfg).values()
+                           for name in node.get(LOGGER_FILES) or ()}
     entries = list(output_dir.iterdir())
-    if all(e.name in SETUP_FILES or e.suffix == ".log" for e in entries):
+    if all(e.name in setup or e.suffix == ".log" for e in entries):
         shutil.rmtree(output_dir, ignore_errors=True)
 
 
@@ -103,7 +107,7 @@ def run_job(cfg: DictConfig) -> float:
         else:
             raise
         if not isinstance(err, KEEP_FOLDER_ON):
-            remove_if_unused(output_dir)
+            remove_if_unused(output_dir, cfg)
         # Where train.py sent Hydra's files of a new run aimed at a folder holding a run.
         shutil.rmtree(output_dir / REFUSED_HYDRA_SUBDIR, ignore_errors=True)
         # A stop the user asked for (Ctrl+C, SIGTERM from a scheduler) is not an error.

@@ -12,12 +12,23 @@ from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from linarena.data.batching import IGNORE_INDEX
+from linarena.metrics import (
+    TEST_ACC,
+    TEST_ACC_PER_SETTING,
+    TEST_LOSS,
+    TRAIN_ACC,
+    TRAIN_LOSS,
+    TRAIN_LR,
+    VAL_ACC,
+    VAL_ACC_BEST,
+    VAL_LOSS,
+)
 from linarena.training.optim import OptimSettings, build_optimizer, build_scheduler
 
 
 class ClassificationModule(LightningModule):
     """Trains `model` with cross-entropy; logs train/val/test loss and accuracy, val/acc_best
-    and train/lr.
+    and train/lr, each under its key in the registry (linarena.metrics).
 
     Args:
         model: maps (tokens, mask) to logits (batch, classes) or (batch, length, classes).
@@ -66,11 +77,11 @@ class ClassificationModule(LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, preds, labels, _ = self._loss(batch)
         self.train_acc(preds, labels)
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log("train/acc", self.train_acc, on_step=True, on_epoch=False)
+        self.log(TRAIN_LOSS.key, loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log(TRAIN_ACC.key, self.train_acc, on_step=True, on_epoch=False)
         # The lr this step trains with (the schedule set it after the previous step).
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log("train/lr", lr, on_step=True, on_epoch=False)
+        self.log(TRAIN_LR.key, lr, on_step=True, on_epoch=False)
         return loss
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -114,8 +125,8 @@ class ClassificationModule(LightningModule):
         loss, preds, labels, scored = self._loss(batch)
         self.val_loss(loss, weight=scored)
         self.val_acc(preds, labels)
-        self.log("val/loss", self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
-        self.log("val/acc", self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
+        self.log(VAL_LOSS.key, self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log(VAL_ACC.key, self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:  # untrained weights: not a candidate for the best
@@ -123,7 +134,7 @@ class ClassificationModule(LightningModule):
         self.val_acc_best(self.val_acc.compute())
         # The same value on every DDP rank (val_acc.compute() is synced): the mean over ranks
         # that sync_dist takes leaves it as it is.
-        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
+        self.log(VAL_ACC_BEST.key, self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
 
     def on_test_epoch_start(self) -> None:
         # A datamodule with several test settings (MQARMixtureDataModule) names them; batches
@@ -137,12 +148,12 @@ class ClassificationModule(LightningModule):
         loss, preds, labels, scored = self._loss(batch)
         self.test_loss(loss, weight=scored)
         self.test_acc(preds, labels)
-        self.log("test/loss", self.test_loss, on_step=False, on_epoch=True)
-        self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+        self.log(TEST_LOSS.key, self.test_loss, on_step=False, on_epoch=True)
+        self.log(TEST_ACC.key, self.test_acc, on_step=False, on_epoch=True)
         if "setting" in batch:
             index = int(batch["setting"])
             self.setting_acc[index](preds, labels)
-            self.log(f"test/acc_{self.setting_names[index]}", self.setting_acc[index],
+            self.log(TEST_ACC_PER_SETTING.key + self.setting_names[index], self.setting_acc[index],
                      on_step=False, on_epoch=True)
 
     def configure_optimizers(self) -> dict:

@@ -95,9 +95,23 @@ def run_names(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+# Data settings that say where the data live or how they are loaded, not what they are.
+MACHINE_DATA_KEYS = ("data_dir", "num_workers", "generator_workers")
+
+
+def _settings(node: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The scalar settings of a config group (no _target_-style keys, no nested objects)."""
+    values = OmegaConf.to_container(node, resolve=True)
+    return {key: value for key, value in values.items()
+            if not key.startswith("_") and key not in skip
+            and (value is None or isinstance(value, bool | int | float | str))}
+
+
 def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
     """The settings most comparisons filter on, at the top of summary.json (the whole resolved
-    config is under "config")."""
+    config is under "config"): the model's shape and training settings by name, and every
+    scalar setting of the attention and data groups under "attention" and "data" (so a new
+    variant's or task's settings are there without being named here)."""
     return {
         "d_model": cfg.model.d_model,
         "qkv_dim": cfg.model.get("qkv_dim") or cfg.model.d_model,
@@ -109,7 +123,6 @@ def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
         "pooling": cfg.model.pooling,
         "pair_head": cfg.model.get("pair_head"),
         "attention_dropout": cfg.get("attention_dropout"),
-        "zero_pixel_is_padding": cfg.data.get("zero_pixel_is_padding"),
         "causal": cfg.model.causal,
         "batch_size": cfg.data.batch_size,
         "lr": cfg.optim.lr,
@@ -117,7 +130,8 @@ def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
         "weight_decay_scope": cfg.optim.get("weight_decay_scope"),
         "max_steps": cfg.trainer.max_steps,
         "precision": precision,
-        "num_features": cfg.attention.get("num_features"),
+        "attention": _settings(cfg.attention),
+        "data": _settings(cfg.data, skip=MACHINE_DATA_KEYS),
     }
 
 
