@@ -37,10 +37,11 @@ from linarena.analysis.bench_args import (
     positive_int,
 )
 from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpec
-from linarena.analysis.bench_runner import run_benchmark, write_csv_atomic
+from linarena.analysis.bench_runner import read_benchmark_csv, run_benchmark, write_csv_atomic
 from linarena.analysis.plots import plot_benchmark
 from linarena.analysis.provenance import command_line, record
 from linarena.attention.variants import check_variant_names, variant_names
+from linarena.errors import LinarenaError
 
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 TINY_LENGTHS = (16, 32, 64)
@@ -141,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"benchmark_model.py: error: --replot: no {csv_path}; run the benchmark first",
                   file=sys.stderr)
             return 2
-        plot_benchmark(pd.read_csv(csv_path), png_path)
+        try:
+            table = read_benchmark_csv(csv_path)
+        except LinarenaError as error:
+            print(f"benchmark_model.py: error: {error}", file=sys.stderr)
+            return 2
+        plot_benchmark(table, png_path)
         record([png_path], command_line(__file__, argv))
         print(f"wrote {png_path}")
         return 0
@@ -149,9 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     isolate = torch.device(args.device).type == "cpu"
     rows = run_benchmark(specs, max_seconds=args.max_seconds, isolate=isolate,
                          on_row=lambda rows: write_csv_atomic(rows, csv_path))
-    table = pd.read_csv(csv_path)
+    command = command_line(__file__, argv)
+    record([csv_path], command)  # first: the record's row count is what the reader checks
+    table = read_benchmark_csv(csv_path)
     plot_benchmark(table, png_path)
-    record([csv_path, png_path], command_line(__file__, argv))
+    record([png_path], command)
     print(f"wrote {csv_path} and {png_path}")
     if args.wandb:
         log_to_wandb(args, table, png_path)

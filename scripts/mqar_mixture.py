@@ -19,6 +19,7 @@ from pathlib import Path
 
 from linarena.analysis.mqar_mixture import accuracy_table, caption, load_runs, summarize
 from linarena.analysis.provenance import command_line, record
+from linarena.errors import LinarenaError
 from linarena.files import write_atomic, write_text_atomic
 
 
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         runs, config = load_runs(args.runs)
-    except (ValueError, FileNotFoundError) as error:
+    except (LinarenaError, ValueError, FileNotFoundError) as error:
         print(f"mqar_mixture.py: error: {error}", file=sys.stderr)
         return 2
     summary = summarize(runs)

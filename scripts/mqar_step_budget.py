@@ -25,6 +25,7 @@ from linarena.analysis.mqar_step_budget import plan as plan_tasks
 from linarena.analysis.mqar_study import load_grid, missing, preset_protocol, run_tasks, study_runs
 from linarena.analysis.provenance import command_line, record
 from linarena.attention.variants import check_variant_names, variant_names
+from linarena.errors import LinarenaError
 from linarena.files import write_atomic, write_text_atomic
 
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             run_tasks(todo, args.preset, args.root, args.jobs, args.threads, longer_steps, counts)
             print(f"outcomes: {counts}", flush=True)
         longer = study_runs(args.root, archived)
-    except (ValueError, FileNotFoundError) as error:
+    except (LinarenaError, ValueError, FileNotFoundError) as error:
         print(f"mqar_step_budget.py: error: {error}", file=sys.stderr)
         return 2
     longer = longer[longer["max_steps"] == args.max_steps]

@@ -39,6 +39,7 @@ from linarena.analysis.mqar_results import (
 from linarena.analysis.mqar_study import load_grid, preset_protocol, run_study, study_runs
 from linarena.analysis.provenance import command_line, record
 from linarena.attention.variants import label, variant_names
+from linarena.errors import LinarenaError
 from linarena.files import write_atomic, write_text_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.overrides, archived)
             print(f"outcomes: {counts}", flush=True)
         runs = study_runs(root, archived)
-    except (ValueError, FileNotFoundError) as error:
+    except (LinarenaError, ValueError, FileNotFoundError) as error:
         print(f"mqar_study.py: error: {error}", file=sys.stderr)
         return 2
     summary = summarize(runs, grid["lr_seed"])

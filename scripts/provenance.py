@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from linarena.analysis.provenance import RESULTS_DIR, load, mark_stale, unrecorded
+from linarena.errors import LinarenaError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,12 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a file has no record")
     args = parser.parse_args(argv)
     try:
-        for name in args.stale:
-            entry = mark_stale(Path(name).name, args.reason, args.folder)
-            print(f"{name}: stale at {entry['stale']['commit']}: {entry['stale']['reason']}")
-    except ValueError as error:
+        return run(args)
+    except (LinarenaError, ValueError) as error:  # a damaged provenance.json, a bad --stale
         print(f"provenance.py: error: {error}", file=sys.stderr)
         return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Mark, check or list the records as `args` say; the exit status."""
+    for name in args.stale:
+        entry = mark_stale(Path(name).name, args.reason, args.folder)
+        print(f"{name}: stale at {entry['stale']['commit']}: {entry['stale']['reason']}")
     missing = unrecorded(args.folder)
     if args.check:
         if missing:

@@ -3,6 +3,10 @@
 
     python scripts/results_tables.py            # update README.md
     python scripts/results_tables.py --check    # exit 1 if README.md is not what the CSVs give
+
+A source that does not read whole (a CSV cut or edited, a damaged provenance.json, rows missing
+that its provenance record promises) is one error line naming the file and line, exit 1, and
+README.md is left as it was.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 from linarena.analysis.provenance import REPO_ROOT, RESULTS_DIR
 from linarena.analysis.results_tables import write_tables
+from linarena.errors import LinarenaError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,20 +28,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folder", type=Path, default=RESULTS_DIR, help="results folder")
     parser.add_argument("--check", action="store_true", help="only compare; change nothing")
     args = parser.parse_args(argv)
-    if not args.check:
-        names = write_tables(args.readme, args.folder)
-        print(f"{args.readme}: tables {', '.join(names)} written from {args.folder}")
-        return 0
+    try:
+        return check(args.readme, args.folder) if args.check else write(args.readme, args.folder)
+    except LinarenaError as error:
+        print(f"results_tables.py: error: {error}", file=sys.stderr)
+        return 1
+
+
+def write(readme: Path, folder: Path) -> int:
+    """Update the tables of `readme` from `folder`."""
+    names = write_tables(readme, folder)
+    print(f"{readme}: tables {', '.join(names)} written from {folder}")
+    return 0
+
+
+def check(readme: Path, folder: Path) -> int:
+    """1 (and a line saying what to run) when `readme` is not what `folder` gives, else 0."""
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / "README.md"
-        shutil.copyfile(args.readme, copy)
-        write_tables(copy, args.folder)
-        if copy.read_text() != args.readme.read_text():
-            print(f"{args.readme} differs from the tables of {args.folder}: run "
+        shutil.copyfile(readme, copy)
+        write_tables(copy, folder)
+        if copy.read_text() != readme.read_text():
+            print(f"{readme} differs from the tables of {folder}: run "
                   "python scripts/results_tables.py", file=sys.stderr)
             return 1
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -85,7 +85,8 @@ def test_table_has_seed_means_and_sample_std(runs_dir: Path, tmp_path: Path) -> 
 
     markdown = (out / "results.md").read_text()
     assert "| listops | softmax | 3 | 35.00 ± 5.00 | 200 ± 100 | 20.0 ± 10.0 |" in markdown
-    assert "| text | performer | 1 | 65.00 | 400 | 40.0 | 1,256 |" in markdown
+    # the attention's display label, as in the plots' legends
+    assert "| text | Performer | 1 | 65.00 | 400 | 40.0 | 1,256 |" in markdown
     assert "published" not in markdown
     umask = os.umask(0)
     os.umask(umask)

@@ -158,7 +158,11 @@ def test_script_writes_the_three_files_with_provenance_and_the_readme_table(
     assert "at most 1,500 steps (early stop at val acc 0.99); seeds [1, 2, 3]." in text
     assert "1 run(s) have no accuracy for some setting" in text
     rendered = render("mqar_mixture", out)
-    assert "<sub>docs/results/mqar_mixture.csv: commit" in rendered
+    caption = next(line for line in rendered.splitlines() if line.startswith("<sub>"))
+    assert "docs/results/mqar_mixture.csv, docs/results/mqar_mixture.md: " in caption
+    assert "`python scripts/mqar_mixture.py" in caption and "--runs-command" not in caption
+    assert f"commit {records['mqar_mixture.csv']['commit'][:10]}" in caption
+    assert "One run: `python train.py experiment=mqar_mixture_cpu attention=" in rendered
     assert "| attention | L32 P4 |" in rendered and "92.0 (2/3)" in rendered
     capsys.readouterr()
     assert script.main(["--runs", str(tmp_path / "nowhere")]) == 2

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from linarena.analysis import provenance
+from linarena import system
 from linarena.analysis.provenance import (
     RESULTS_DIR,
-    code_version,
     command_line,
     load,
     mark_stale,
@@ -21,6 +20,7 @@ from linarena.analysis.provenance import (
     unrecorded,
 )
 from linarena.analysis.results_tables import write_tables
+from linarena.system import code_version
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def test_code_version_is_the_checkouts_commit_and_none_outside_one(
     nested = tmp_path / "site-packages"
     nested.mkdir()
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    monkeypatch.setattr(provenance, "REPO_ROOT", nested)
+    monkeypatch.setattr(system, "REPO_ROOT", nested)
     assert code_version() is None
 
 

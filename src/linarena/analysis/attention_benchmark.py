@@ -1,7 +1,7 @@
 """Time attention variants, forward and forward+backward, against sequence length.
 
     python scripts/benchmark_attention.py                      # every variant, CPU, fp32
-    python scripts/benchmark_attention.py --variants elu taylor --lengths 256 1024
+    python scripts/benchmark_attention.py --attentions elu,taylor --lengths 256,1024
     python scripts/benchmark_attention.py --device cuda --dtype bf16
 
 The variants are the files of conf/attention/, built with their training settings. Bidirectional
@@ -157,8 +157,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lengths", type=lengths_arg, nargs="+",
                         default=[[256, 512, 1024, 2048, 4096, 8192, 16384]],
                         help="sequence lengths: 256 512 or 256,512")
-    parser.add_argument("--variants", nargs="+", default=variant_names(),
-                        help="names of conf/attention/*.yaml (default: all)")
+    parser.add_argument("--attentions", "--variants", dest="variants", nargs="+",
+                        default=variant_names(),
+                        help="names of conf/attention/*.yaml, elu taylor or elu,taylor "
+                             "(default: all); --variants is the older name")
     parser.add_argument("--no-references", dest="references", action="store_false",
                         help="do not time einsum_elu and performer_pytorch")
     parser.add_argument("--batch", type=positive_int, default=1)
@@ -180,10 +182,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="CSV to write (default: results/ in the repository)")
     args = parser.parse_args(argv)
     args.lengths = flat_lengths(args.lengths)
+    names = [name for item in args.variants for name in item.split(",") if name]
     try:
-        args.variants = check_variant_names(args.variants)
+        args.variants = check_variant_names(names)
     except ValueError as error:
-        parser.error(f"--variants: {error}")
+        parser.error(f"--attentions: {error}")
     args.device = check_device(parser, args.device)
     args.out = check_out(parser, args.out)
     return args

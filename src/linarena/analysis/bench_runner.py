@@ -26,6 +26,7 @@ import torch
 
 import linarena
 from linarena.analysis.bench_cases import CaseSpec, run_case
+from linarena.analysis.result_files import ResultFileError, read_csv_checked
 from linarena.analysis.timing import interleaved_medians, is_out_of_memory
 from linarena.attention.variants import is_linear
 from linarena.files import write_atomic
@@ -34,6 +35,9 @@ CSV_COLUMNS = [
     "attention", "length", "what", "batch", "device", "dtype", "threads",
     "ms", "tokens_per_sec", "peak_memory_mb", "status", "note",
 ]
+# What a reader of the CSV needs (the plot, the W&B dashboard), and which of it are numbers.
+READ_COLUMNS = ("attention", "length", "what", "ms", "peak_memory_mb", "status")
+NUMERIC_COLUMNS = ("length", "batch", "threads", "ms", "tokens_per_sec", "peak_memory_mb")
 # Seconds a case's process may spend beyond its predicted budget (interpreter start, imports).
 PROCESS_STARTUP_S = 120.0
 
@@ -115,6 +119,18 @@ def write_csv_atomic(rows: list[dict], path: Path, columns: list[str] | None = N
     :data:`CSV_COLUMNS` by default, else the given ones."""
     table = pd.DataFrame(rows, columns=columns or CSV_COLUMNS)
     write_atomic(path, lambda file: table.to_csv(file, index=False))
+
+
+def read_benchmark_csv(path: Path) -> pd.DataFrame:
+    """A benchmark_model.py CSV, read whole (result_files.read_csv_checked): a damaged one, or
+    another kind of CSV, is a ResultFileError naming the file (and line)."""
+    table = read_csv_checked(path, numeric_columns=NUMERIC_COLUMNS,
+                             filled_columns=("attention", "length", "what", "status"))
+    missing = [column for column in READ_COLUMNS if column not in table.columns]
+    if missing:
+        raise ResultFileError(f"{path}: not a scripts/benchmark_model.py CSV (no column "
+                              f"{', '.join(missing)}); point at the benchmark_model.csv it wrote")
+    return table
 
 
 def run_benchmark(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -95,6 +96,11 @@ def write_plots(table: pd.DataFrame, out: Path) -> tuple[list[str], list[Path]]:
     return listing, written
 
 
+def runs_count(count: int) -> str:
+    """'1 run', '3 runs'."""
+    return f"{count} run" + ("" if count == 1 else "s")
+
+
 def failed_note(records: list[RunRecord]) -> str | None:
     """A note naming the failed runs (no finite test accuracy), or None."""
     failed = [record.source for record in records if record.failed]
@@ -103,6 +109,21 @@ def failed_note(records: list[RunRecord]) -> str | None:
     shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
     return (f"{len(failed)} run(s) failed (test/acc NaN or missing: diverged), counted in the "
             f"'failed' column and left out of the means: {shown}")
+
+
+def steps_warnings(records: Iterable[RunRecord]) -> list[str]:
+    """A warning per task whose runs were trained for different numbers of steps
+    (trainer.max_steps), naming each budget's sweeps: their rows and points are not a
+    like-for-like comparison. Runs whose budget is unknown are left out."""
+    sweeps: dict[str, dict[int, set[str]]] = {}
+    for run in records:
+        if run.max_steps is not None:
+            sweeps.setdefault(run.task, {}).setdefault(run.max_steps, set()).add(run.sweep)
+    return [f"runs of {task} trained for different numbers of steps: "
+            + ", ".join(f"{steps} ({'; '.join(sorted(labels))})"
+                        for steps, labels in sorted(budgets.items()))
+            + "; their rows (the steps column) are not a like-for-like comparison"
+            for task, budgets in sweeps.items() if len(budgets) > 1]
 
 
 def main(argv: list[str] | None = None, default_out: Path = Path("results/compare")) -> int:
@@ -125,6 +146,8 @@ def main(argv: list[str] | None = None, default_out: Path = Path("results/compar
     failed = failed_note(records)
     for note in [*notes, *([failed] if failed else [])]:
         print(f"note: {note}")
+    for warning in steps_warnings(records):
+        print(f"warning: {warning}")
     table = aggregate_runs(records, published=args.published)
     args.out.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out / "results.csv", lambda file: table.to_csv(file, index=False))
@@ -138,9 +161,10 @@ def main(argv: list[str] | None = None, default_out: Path = Path("results/compar
     if len(sweeps) > 1:
         print("Sweeps (pick some with --sweep LABEL):")
         for sweep in sweeps:
-            print(f"  {sweep} ({sum(r.sweep == sweep for r in records)} runs)")
+            print(f"  {sweep} ({runs_count(sum(r.sweep == sweep for r in records))})")
     if len(listing) > 1:
         print("Folders (scatter_<number>_<task>.png where folders share a task):", *listing,
               sep="\n")
-    print(f"{len(records)} runs; wrote results.csv, results.md and scatter plots to {args.out}")
+    print(f"{runs_count(len(records))}; wrote results.csv, results.md and scatter plots to "
+          f"{args.out}")
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from linarena.analysis.bench_runner import read_benchmark_csv
 from linarena.analysis.order import attention_sort_key
 from linarena.metrics import (
     PEAK_MEMORY_MB,
@@ -109,11 +110,7 @@ def panel_keys(view: Any) -> set[str]:
 
 def benchmark_rows(csv_path: Path) -> Iterable[tuple[dict[str, Any], pd.DataFrame]]:
     """(run config, measured rows by length) per (what, attention) of a benchmark CSV."""
-    rows = pd.read_csv(csv_path)
-    missing = {"attention", "length", "what", "ms", "peak_memory_mb", "status"} - set(rows)
-    if missing:
-        raise ValueError(f"{csv_path}: not a scripts/benchmark_model.py CSV (no column "
-                         f"{', '.join(sorted(missing))})")
+    rows = read_benchmark_csv(csv_path)
     rows = rows[rows["status"] == "ok"]
     for (what, name), group in rows.groupby(["what", "attention"]):
         config = {"attention": name, "what": what, "csv": csv_path.name,

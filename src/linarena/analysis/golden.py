@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
 
-import pandas as pd
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
@@ -29,6 +28,7 @@ from torch.nn import functional as F
 
 from linarena.analysis.bench_cases import TEXT_MODEL, CaseSpec, build_classifier
 from linarena.analysis.provenance import RESULTS_DIR
+from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.variants import CONF_DIR
 from linarena.data.batching import IGNORE_INDEX
 from linarena.training.build import build_model
@@ -103,7 +103,10 @@ def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str],
 def published(csv: str, folder: Path = RESULTS_DIR) -> list[str]:
     """The attentions of a published result (its CSV in `folder`); none for one not run yet."""
     path = folder / csv
-    return sorted(set(pd.read_csv(path)["attention"])) if path.is_file() else []
+    if not path.is_file():
+        return []
+    table = read_csv_checked(path, ["attention"], filled_columns=["attention"])
+    return sorted(set(table["attention"]))
 
 
 def published_cases(folder: Path = RESULTS_DIR) -> list[GoldenCase]:

@@ -28,7 +28,7 @@ from linarena.metrics import TEST_ACC_PER_SETTING
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "seed", "length", "pairs", "acc", "beyond_train", "run",
-               "commit")
+               "commit", "duration_s")
 SUMMARY_COLUMNS = ("attention", "label", "length", "pairs", "beyond_train", "seeds", "failed",
                    "recalled", "test_acc_median", "test_acc_min", "test_acc_max")
 SETTING = re.compile(re.escape(TEST_ACC_PER_SETTING.key) + r"L(?P<length>\d+)_P(?P<pairs>\d+)$")
@@ -81,7 +81,8 @@ def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"attention": attention, "label": attention_label(attention),
              "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
              "beyond_train": length > longest,
-             "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit")}
+             "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
+             "duration_s": summary.get("duration_s")}
             for (length, pairs), acc in sorted(accuracies.items())]
 
 

@@ -26,6 +26,7 @@ import pandas as pd
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.linear import LinearAttention
 from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.variants import label, variant_names
@@ -34,9 +35,15 @@ from linarena.training.summary import SUMMARY_FILE
 RUN_COLUMNS = ("attention", "label", "short_conv", "d_model", "num_heads", "num_layers", "lr",
                "seed", "state_size", "state_kind", "test_acc", "val_acc_best", "steps",
                "best_step", "max_steps", "vocab_size", "seq_len", "num_pairs", "run", "commit")
+# Columns a runs CSV may lack (written before they existed): how long the run took.
+OPTIONAL_COLUMNS = ("duration_s",)
 # What makes two runs' rows comparable: an archived row (load_archive) must match the study's
 # preset on these, or it belongs to another study.
 PROTOCOL = ("num_layers", "max_steps", "vocab_size", "seq_len", "num_pairs")
+# The RUN_COLUMNS that hold numbers (blank where a run has none, e.g. a diverged run's accuracy).
+NUMERIC_COLUMNS = ("short_conv", "d_model", "num_heads", "num_layers", "lr", "seed", "state_size",
+                   "test_acc", "val_acc_best", "steps", "best_step", "max_steps", "vocab_size",
+                   "seq_len", "num_pairs", "duration_s")
 GROUP = ["attention", "short_conv", "d_model"]
 # A seed "recalls" when its test accuracy reaches this (the table's "2/3").
 RECALL_THRESHOLD = 0.9
@@ -99,23 +106,28 @@ def run_row(folder: Path) -> dict:
         "max_steps": config["trainer"]["max_steps"], "vocab_size": data["vocab_size"],
         "seq_len": data["max_length"], "num_pairs": data["num_pairs"],
         "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
+        "duration_s": summary.get("duration_s"),
     }
 
 
 def load_study(roots: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per finished run (a folder with summary.json) under `roots`, in RUN_COLUMNS."""
+    """One row per finished run (a folder with summary.json) under `roots`, in RUN_COLUMNS and
+    OPTIONAL_COLUMNS."""
     folders = sorted(path.parent for root in map(Path, roots) for path in root.rglob(SUMMARY_FILE))
     if not folders:
         raise FileNotFoundError(f"no {SUMMARY_FILE} under {[str(r) for r in roots]}: run "
                                 "scripts/mqar_study.py first, or point --runs at its folder")
-    return pd.DataFrame([run_row(folder) for folder in folders], columns=list(RUN_COLUMNS))
+    return pd.DataFrame([run_row(folder) for folder in folders],
+                        columns=[*RUN_COLUMNS, *OPTIONAL_COLUMNS])
 
 
 def load_archive(path: Path, protocol: dict[str, int]) -> pd.DataFrame:
     """The rows of a runs CSV this study wrote before (<name>_runs.csv), to count as finished
     runs: a study that spans machines or sessions resumes from its committed CSV. Every row
-    must have been trained under `protocol` (the preset's value of each PROTOCOL column)."""
-    runs = pd.read_csv(path)
+    must have been trained under `protocol` (the preset's value of each PROTOCOL column); a
+    damaged file (result_files.read_csv_checked) is a ResultFileError naming the line."""
+    runs = read_csv_checked(path, numeric_columns=NUMERIC_COLUMNS,
+                            filled_columns=(*GROUP, "lr", "seed", *PROTOCOL, "run"))
     absent = [column for column in RUN_COLUMNS if column not in runs.columns]
     if absent:
         raise ValueError(f"{path}: no column {absent[0]!r}; it was written by an older "
@@ -127,7 +139,9 @@ def load_archive(path: Path, protocol: dict[str, int]) -> pd.DataFrame:
             raise ValueError(f"{path}: run {other['run'].iloc[0]} has {column}="
                              f"{other[column].iloc[0]} but the preset has {value}: those runs "
                              "belong to another study; resume from that study's CSV or none")
-    return runs[list(RUN_COLUMNS)]
+    absent_optional = {column: float("nan") for column in OPTIONAL_COLUMNS
+                       if column not in runs.columns}
+    return runs.assign(**absent_optional)[[*RUN_COLUMNS, *OPTIONAL_COLUMNS]]
 
 
 def combine(runs: pd.DataFrame | None, archived: pd.DataFrame | None) -> pd.DataFrame:

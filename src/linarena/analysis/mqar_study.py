@@ -33,10 +33,12 @@ from typing import Any
 import pandas as pd
 from filelock import Timeout
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from linarena.analysis.mqar_results import choose_lr, combine, load_study
 from linarena.attention.variants import CONF_DIR, check_variant_names, variant_names
+from linarena.errors import ConfigError
 from linarena.files import build_lock
 from linarena.training.summary import SUMMARY_FILE, read_summary
 
@@ -67,9 +69,23 @@ class StudyPoint:
                 "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]
 
 
+def study_presets(conf_dir: Path = CONF_DIR) -> list[str]:
+    """The study presets: conf/experiment/mqar_study_*.yaml."""
+    return sorted(path.stem for path in (conf_dir / "experiment").glob("mqar_study_*.yaml"))
+
+
 def _compose(preset: str, overrides: Sequence[str], conf_dir: Path) -> DictConfig:
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        return compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
+    """The config of `experiment=<preset>` with `overrides`; an unknown preset, or an override
+    Hydra cannot apply, is a ConfigError of one line (the study presets, Hydra's reason)."""
+    if not (conf_dir / "experiment" / f"{preset}.yaml").is_file():
+        raise ConfigError(f"--preset {preset}: no such preset (no {conf_dir}/experiment/"
+                          f"{preset}.yaml); the study presets: {', '.join(study_presets(conf_dir))}")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            return compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
+    except HydraException as error:
+        reason = " ".join(str(error).split())
+        raise ConfigError(f"experiment={preset} {' '.join(overrides)}: {reason}") from error
 
 
 def load_grid(preset: str, overrides: Sequence[str] = (),

@@ -124,7 +124,8 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
     the ``<name>_mean`` / ``_std`` columns); rows without a finished run are left out. Error bars
     are the seed std (absent for n=1), cut at 0% and 100%. No text is drawn on the axes except a
     sweep number beside each marker when the folder holds several sweeps (settings), e.g. the
-    trials of an Optuna search; the legend and the key under the plot say the rest.
+    trials of an Optuna search; the legend and the key under the plot say the rest, and the key
+    says so when the rows' runs had different step budgets (a ``max_steps`` column).
     """
     table = table[table["n"] > 0] if "n" in table.columns else table
     if table.empty:
@@ -174,6 +175,11 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
     low, high = ax.get_ylim()
     ax.set_ylim(max(low, 0.0), min(high, 105.0))  # no negative accuracies on the axis
     key = ["marker area ~ peak memory; bars: std over seeds"]
+    budgets = sorted(set(table["max_steps"].dropna())) if "max_steps" in table.columns else []
+    if len(budgets) > 1:
+        key.append("runs trained for different numbers of steps (trainer.max_steps "
+                   f"{', '.join(f'{steps:,.0f}' for steps in budgets)}): not a like-for-like "
+                   "comparison")
     if numbered:
         key += [short_text(f"{number}: {_settings(sweep)}", width=90, lines=1)
                 for number, sweep in enumerate(sweeps, start=1)]

@@ -4,10 +4,12 @@ One record per result file (CSV, table, figure), keyed by the file's name:
 
     {"commit": "<40 hex>", "dirty": false, "command": "python scripts/...",
      "environment": {"torch": "2.13.0", "device": "cpu", "threads": 2, "cpu": "...", ...},
-     "recorded": "2026-12-02T03:00:00+00:00", "stale": null}
+     "recorded": "2026-12-02T03:00:00+00:00", "stale": null, "rows": 92}
 
 `stale` is null or {"commit": ..., "reason": ...}: the code at that commit no longer gives the
 file's numbers (a golden test said so, tests/test_golden_runs.py) and it was not rerun yet.
+`rows` (CSV files only) is how many data rows the file held when it was written: the readers
+(linarena.analysis.result_files) refuse a copy that holds another number.
 The scripts that write results call `record` for every file they write; the provenance file
 sits next to them, so a run with `--out docs/results` updates docs/results/provenance.json.
 """
@@ -18,7 +20,6 @@ import datetime
 import json
 import platform
 import shlex
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -27,21 +28,11 @@ from typing import Any
 import torch
 from filelock import FileLock
 
+from linarena.analysis.result_files import PROVENANCE_FILE, count_rows, read_provenance
 from linarena.files import write_text_atomic
+from linarena.system import REPO_ROOT, cpu_model, current_commit
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 RESULTS_DIR = REPO_ROOT / "docs" / "results"
-PROVENANCE_FILE = "provenance.json"
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo), else what platform knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def environment() -> dict[str, Any]:
@@ -58,34 +49,6 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return done.stdout.strip()
-
-
-def current_commit() -> tuple[str | None, bool]:
-    """(HEAD's hash, whether tracked files other than the results themselves differ from it);
-    (None, False) outside a checkout. A rerun rewrites docs/results/ before its record is
-    written, which is no change to the code that produced it."""
-    if not (REPO_ROOT / ".git").exists():  # an installed copy: a parent folder's repository
-        return None, False                 # (e.g. a project holding the venv) is not ours
-    commit = _git("rev-parse", "HEAD")
-    changes = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                   ":(exclude)docs/results")
-    return commit, bool(changes)
-
-
-def code_version() -> str | None:
-    """The commit this process's code is, with "-dirty" when tracked files differ from it
-    (docs/results/ aside); None outside a checkout."""
-    commit, dirty = current_commit()
-    return None if commit is None else commit + ("-dirty" if dirty else "")
-
-
 def command_line(script: str | Path, argv: Sequence[str] | None = None) -> str:
     """`python <script, relative to the repository> <argv>` as a shell would take it; argv
     defaults to this process's arguments."""
@@ -96,9 +59,9 @@ def command_line(script: str | Path, argv: Sequence[str] | None = None) -> str:
 
 
 def load(folder: Path = RESULTS_DIR) -> dict[str, dict[str, Any]]:
-    """The records of `folder`/provenance.json ({} when there is none)."""
-    path = folder / PROVENANCE_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """The records of `folder`/provenance.json ({} when there is none); a damaged file is a
+    ResultFileError naming the position and how to restore it."""
+    return read_provenance(folder)
 
 
 def _update(folder: Path, change: Any) -> dict[str, dict[str, Any]]:
@@ -115,7 +78,8 @@ def _update(folder: Path, change: Any) -> dict[str, dict[str, Any]]:
 
 def record(paths: Iterable[str | Path], command: str) -> None:
     """Write a fresh record (this commit, `command` (see command_line), this environment; not
-    stale) for every file in `paths`, into the provenance file of its folder."""
+    stale; a CSV's number of rows) for every file in `paths`, into the provenance file of its
+    folder. A CSV that does not parse whole is refused (ResultFileError)."""
     commit, dirty = current_commit()
     entry = {
         "commit": commit, "dirty": dirty, "command": command,
@@ -123,14 +87,14 @@ def record(paths: Iterable[str | Path], command: str) -> None:
         "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "stale": None,
     }
-    by_folder: dict[Path, list[str]] = {}
+    by_folder: dict[Path, dict[str, dict[str, Any]]] = {}
     for path in map(Path, paths):
-        by_folder.setdefault(path.resolve().parent, []).append(path.name)
+        rows = {"rows": count_rows(path)} if path.suffix == ".csv" else {}
+        by_folder.setdefault(path.resolve().parent, {})[path.name] = entry | rows
 
-    for folder, names in by_folder.items():
-        def add(records: dict, names: list[str] = names) -> None:
-            for name in names:
-                records[name] = dict(entry)
+    for folder, entries in by_folder.items():
+        def add(records: dict, entries: dict[str, dict[str, Any]] = entries) -> None:
+            records.update(entries)
         _update(folder, add)
 
 

@@ -2,9 +2,12 @@
 
 Each table sits in README.md between `<!-- results:<name> -->` and `<!-- /results:<name> -->`;
 `write_tables` replaces what is between the markers with the table made from its source files,
-preceded by a line saying where it comes from (file, commit, command) and, when a source file
-is marked stale in provenance.json, a stale mark with the commit and the reason. A table whose
-source files are not there yet (a study not run) is one line saying so and what makes them.
+preceded by a short caption (command, commit, machine, date: linarena.analysis.results_captions)
+and, when a source file is marked stale in provenance.json, a stale mark with the commit and the
+reason; followed by the command of one run that reproduces one published point
+(linarena.analysis.results_points). A table whose source files are not there yet (a study not
+run) is one line saying so and what makes them. Every CSV is read whole or refused
+(linarena.analysis.result_files): a damaged source stops the update before README.md changes.
 """
 
 from __future__ import annotations
@@ -16,11 +19,19 @@ from pathlib import Path
 import pandas as pd
 
 from linarena.analysis.provenance import RESULTS_DIR, load
+from linarena.analysis.result_files import read_csv_checked
+from linarena.analysis.results_captions import caption_lines
+from linarena.analysis.results_points import (
+    POINTS,
+    REFERENCE_LABELS,
+    attention_csv,
+    benchmark_flags,
+    model_csv,
+    training_csv,
+)
 from linarena.attention.variants import label
 from linarena.files import write_text_atomic
 
-# Columns of the attention benchmark that are not conf/attention/ variants.
-REFERENCE_LABELS = {"einsum_elu": "einsum elu+1", "performer_pytorch": "performer-pytorch"}
 ERROR_LABELS = {"performer": "linarena", "performer_pytorch": "performer-pytorch",
                 "performer_pytorch_eps0": "performer-pytorch, eps=0",
                 "mean_of_v": "mean of v (uniform attention)"}
@@ -53,13 +64,15 @@ def by_length(table: pd.DataFrame, name: str, values: str, unit: str) -> str:
 def attention_table(folder: Path, source: str = "benchmark_attention.csv") -> str:
     """Forward + backward ms per variant (rows) and length (columns) of one benchmark run
     (bidirectional, or causal with benchmark_attention_causal.csv)."""
-    return by_length(pd.read_csv(folder / source), "variant", "fwd_bwd_ms", "fwd+bwd ms")
+    return by_length(attention_csv(folder / source), "variant", "fwd_bwd_ms", "fwd+bwd ms")
 
 
 def performer_error_table(folder: Path) -> str:
     """Mean |out - exact| of each estimator per input kind and q, k scale."""
-    table = pd.read_csv(folder / "benchmark_attention_performer_error.csv")
-    columns = [c for c in table.columns if c not in ("inputs", "length", "qk_scale")]
+    path = folder / "benchmark_attention_performer_error.csv"
+    read = read_csv_checked(path, ["inputs", "length", "qk_scale"]).columns
+    columns = [c for c in read if c not in ("inputs", "length", "qk_scale")]
+    table = read_csv_checked(path, numeric_columns=["length", "qk_scale", *columns])
     header = ["inputs", "q, k scale", *(ERROR_LABELS.get(c, c) for c in columns)]
     rows = [[row["inputs"], f"{row['qk_scale']:g}", *(f"{row[c]:.4f}" for c in columns)]
             for _, row in table.iterrows()]
@@ -68,7 +81,7 @@ def performer_error_table(folder: Path) -> str:
 
 def model_table(folder: Path) -> str:
     """Tokens/s of a full training step, then its peak MB, per attention (rows) and length."""
-    table = pd.read_csv(folder / "benchmark_model.csv")
+    table = model_csv(folder / "benchmark_model.csv")
     step = table[table["what"] == "model_step"]
     return (by_length(step, "attention", "tokens_per_sec", "tokens/s") + "\n\n"
             + by_length(step, "attention", "peak_memory_mb", "peak MB"))
@@ -76,7 +89,7 @@ def model_table(folder: Path) -> str:
 
 def training_table(folder: Path) -> str:
     """The small-budget sweeps: test accuracy mean ± std over seeds, tokens/s, peak memory."""
-    table = pd.read_csv(folder / "results.csv")
+    table = training_csv(folder / "results.csv")
     rows = [[row["task"], _name(row["attention"]), str(int(row["n"])),
              f"{row['test_acc_pct_mean']:.2f} ± {row['test_acc_pct_std']:.2f}",
              number(row["tokens_per_sec_mean"]), number(row["peak_memory_mb_mean"])]
@@ -111,34 +124,20 @@ STAGES = {"attention": "bench", "attention_causal": "bench", "performer_error": 
           "mqar_step_budget": "study", "mqar_mixture": "mixture"}
 
 
-def provenance_lines(sources: tuple[str, ...], records: dict) -> list[str]:
-    """Where the table comes from (a line per source), then a stale mark per reason."""
-    lines, stale_marks = [], []
-    for source in sources:
-        entry = records.get(source)
-        if entry is None:
-            lines.append(f"> **No provenance record** for docs/results/{source}.")
-            continue
-        commit = (entry.get("commit") or "unknown")[:10]
-        lines.append(f"<sub>docs/results/{source}: commit {commit}, `{entry['command']}`</sub>")
-        stale = entry.get("stale")
-        if stale:
-            stale_marks.append(f"> **Stale** (marked at {(stale.get('commit') or '?')[:10]}): "
-                               f"{stale['reason']}. Rerun with the command above, then "
-                               "`python scripts/results_tables.py`.")
-    return lines + list(dict.fromkeys(stale_marks))
-
-
 def render(name: str, folder: Path = RESULTS_DIR) -> str:
-    """The text between the markers of table `name`."""
+    """The text between the markers of table `name`: caption, table, one-run command."""
     sources, make = TABLES[name]
     missing = [source for source in sources if not (folder / source).is_file()]
     if missing:
         files = ", ".join(f"docs/results/{source}" for source in missing)
         return (f"\nNot run yet ({files} missing): `bash scripts/reproduce_results.sh "
                 f"{STAGES[name]}`\n")
-    lines = provenance_lines(sources, load(folder))
-    return "\n".join(["", *lines, "", make(folder), ""])
+    for source in sources:
+        if source.endswith(".csv"):
+            read_csv_checked(folder / source)  # a damaged source stops here, whatever reads it
+    lines = caption_lines(sources, load(folder), STAGES[name], benchmark_flags(name, folder))
+    points = "\n\n".join(POINTS[name](folder))  # a paragraph each
+    return "\n".join(["", *lines, "", make(folder), *(["", points] if points else []), ""])
 
 
 def write_tables(readme: Path, folder: Path = RESULTS_DIR) -> list[str]:

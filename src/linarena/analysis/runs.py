@@ -41,6 +41,10 @@ class RunRecord:
     # than attention and seed (linarena.training.summary.sweep_label).
     sweep: str = "runs"
     debug: bool = False
+    # trainer.max_steps, the run's step budget (None where the summary does not say), and how
+    # long the run took (summary.json duration_s; None where unknown).
+    max_steps: int | None = None
+    duration_s: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -130,10 +134,14 @@ def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRec
         if key not in summary:
             raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
     metrics = read_metrics(summary["metrics"], where, schema_version(summary, where))
+    hparams = summary.get("hparams")
+    max_steps = hparams.get("max_steps") if isinstance(hparams, Mapping) else None
     return RunRecord(
         task=str(summary["task"]), attention=str(summary["attention"]), seed=int(summary["seed"]),
         metrics=metrics, source=where, sweep=str(summary.get("sweep") or sweep),
         debug=bool(summary.get("debug", False)),
+        max_steps=None if max_steps is None else int(max_steps),
+        duration_s=_number(summary.get("duration_s")),
     )
 
 
@@ -223,11 +231,13 @@ def record_from_wandb_run(run: Any) -> RunRecord:
         raise ValueError(f"{where}: no task/attention/seed in its config, and not group = task, "
                          "name = '{attention}-s{seed}' (as linarena's training logs runs); "
                          "leave it out with --filter")
+    max_steps = (config.get("trainer") or {}).get("max_steps")
     return RunRecord(
         task=str(task), attention=str(attention), seed=int(seed),
         metrics=read_metrics(dict(run.summary), where, SCHEMA_VERSION),
         source="/".join(run.path), sweep=str(config.get("sweep") or "runs"),
         debug=bool(config.get("debug")) or run.group == "debug",
+        max_steps=None if max_steps is None else int(max_steps),
     )
 
 
