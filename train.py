@@ -40,6 +40,10 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    from linarena.training.environment import normalise_environment
+
+    # Before Hydra composes the config: an empty LINARENA_DATA_DIR means unset, not "here".
+    normalise_environment()
     # paths.root_dir (and so the default data/ and outputs/ folders) is this repository.
     os.environ.setdefault("LINARENA_ROOT", str(Path(__file__).resolve().parent))
     OmegaConf.register_new_resolver("linarena.hydra_output_subdir", hydra_output_subdir)

@@ -21,6 +21,11 @@ import hydra
 from omegaconf import DictConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# A variable set to an empty string means unset, as in the shell idiom `VAR= command`: Hydra would
+# resolve an empty LINARENA_DATA_DIR to the working directory, an empty LINARENA_ROOT to /data.
+for _name in ("LINARENA_DATA_DIR", "LINARENA_ROOT"):
+    if os.environ.get(_name) == "":
+        del os.environ[_name]
 # paths.root_dir falls back to the working directory; anchor it at the repository instead, as
 # train.py does, so that data lands in <repo>/data wherever this is run from.
 os.environ.setdefault("LINARENA_ROOT", str(REPO_ROOT))

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+# data=sequences' example folder, committed: train.tsv and test.tsv (no val.tsv: validation is a
+# share of train.tsv), labels 0-2, token ids 0-19.
+SEQUENCES_EXAMPLE = Path(__file__).parent / "fixtures" / "sequences"
+
+
+def write_sequences_folder(data_dir: Path) -> Path:
+    """Copy the example folder of data=sequences to `data_dir`/sequences (its default path)."""
+    return Path(shutil.copytree(SEQUENCES_EXAMPLE, data_dir / "sequences"))
+
 
 # (expression, label) lines as in the release's listops-1000 tsv files.
 LISTOPS_LINES = [

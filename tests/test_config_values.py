@@ -66,3 +66,19 @@ def test_a_refused_run_leaves_no_folder(tmp_path, override: str) -> None:
     assert result.returncode == 1
     assert "Error: " in result.stderr and "Traceback" not in result.stderr
     assert not run.exists(), sorted(p.name for p in run.iterdir())
+
+
+def test_a_task_declares_causal_attention_once() -> None:
+    """model.causal null is the task's own (TaskSpec.causal): MQAR trains causally without an
+    experiment saying so; an explicit setting still wins."""
+    from training_helpers import build_model
+
+    def causal(model) -> bool:
+        return model.blocks[0].attention.core.causal
+
+    cfg, _, model = build_model(["data=mqar", "logger=none"])
+    assert cfg.model.causal is True and causal(model)
+    cfg, _, model = build_model(["logger=none"])
+    assert cfg.model.causal is False and not causal(model)
+    _, _, model = build_model(["data=mqar", "model.causal=false", "logger=none"])
+    assert not causal(model)

@@ -70,13 +70,16 @@ REPO = Path(__file__).resolve().parent.parent
         (
             "mqar",
             MQARDataModule,
-            {"model.causal": True, "model.pooling": "mean", "model.d_model": 64},
+            # model.causal null: causal because the task says so (TaskSpec.causal).
+            {"model.causal": None, "model.pooling": "mean", "model.d_model": 64},
         ),
     ],
 )
 def test_experiment_presets(tmp_path, experiment, data_target, expected):
     cfg = compose_config([f"experiment={experiment}", f"paths.data_dir={tmp_path}"])
-    assert isinstance(hydra.utils.instantiate(cfg.data), data_target)
+    datamodule = hydra.utils.instantiate(cfg.data)
+    assert isinstance(datamodule, data_target)
+    assert datamodule.causal == (experiment == "mqar")
     for key, value in expected.items():
         group, name = key.split(".")
         assert cfg[group][name] == value, key

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from data_fixtures import write_aan_release, write_cifar_folder, write_imdb_folder
+from data_fixtures import (
+    write_aan_release,
+    write_cifar_folder,
+    write_imdb_folder,
+    write_sequences_folder,
+)
 from hydra.utils import instantiate
 from training_helpers import compose_config, config_names
 
@@ -38,6 +43,7 @@ def official_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_imdb_folder(folder)
     write_aan_release(folder)
     write_cifar_folder(folder, per_file=1001)
+    write_sequences_folder(folder)
     return folder
 
 

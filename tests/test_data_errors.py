@@ -152,10 +152,20 @@ def test_a_checkpoint_of_another_model_is_named_not_a_size_mismatch_traceback(
     train(compose_config(["debug=smoke", "logger=none", "model.d_model=16",
                           "trainer.enable_progress_bar=false",
                           f"paths.data_dir={tmp_path / 'data'}"], output_dir=other))
-    message = run_message(tmp_path, capsys, f"ckpt_path={other / 'checkpoints' / 'last.ckpt'}",
-                          "trainer.max_steps=8")
-    assert "holds a different model than this config" in message
+    checkpoint = other / "checkpoints" / "last.ckpt"
+    message = run_message(tmp_path, capsys, f"ckpt_path={checkpoint}", "trainer.max_steps=8")
+    assert "model.d_model: 16 there, 32 here" in message  # the run it stores says so first
     assert "hydra.run.dir=<its folder>" in message
+    # A checkpoint written before checkpoints stored their run: the weight shapes tell.
+    import torch
+
+    from linarena.training.checkpoint_identity import IDENTITY_KEY
+
+    stored = torch.load(checkpoint, weights_only=True)
+    del stored[IDENTITY_KEY]
+    torch.save(stored, checkpoint)
+    message = run_message(tmp_path, capsys, f"ckpt_path={checkpoint}", "trainer.max_steps=8")
+    assert "holds a different model than this config" in message
 
 
 def test_slurm_sends_the_signal_lightning_requeues_on() -> None:

@@ -1,4 +1,4 @@
-"""Long Range Arena tasks and associative recall as LightningDataModules.
+"""Long Range Arena tasks, associative recall and your own sequences as LightningDataModules.
 
 Each module reads official files when present and generates or downloads what it can otherwise;
 see data/README.md for the layouts and `python scripts/prepare_data.py data=<task>`.
@@ -17,6 +17,7 @@ from linarena.data.listops import ListOpsDataModule
 from linarena.data.mqar import MQARDataModule, MQARMixtureDataModule
 from linarena.data.pathfinder import PathfinderDataModule
 from linarena.data.retrieval import RetrievalDataModule
+from linarena.data.sequences import SequencesDataModule
 from linarena.data.spec import TaskSpec
 from linarena.data.text import TextDataModule
 
@@ -32,6 +33,7 @@ __all__ = [
     "MQARMixtureDataModule",
     "PathfinderDataModule",
     "RetrievalDataModule",
+    "SequencesDataModule",
     "TaskDataModule",
     "TaskSpec",
     "TextDataModule",

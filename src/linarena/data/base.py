@@ -17,12 +17,13 @@ from linarena.data.batching import (
     PackedSequences,
     PairDataset,
     SequenceDataset,
+    TokenDataset,
     collate_pairs,
     collate_sequences,
     collate_tokens,
 )
 from linarena.data.cache import config_hash, load_or_build
-from linarena.data.errors import DataConfigError, DataDirError
+from linarena.data.errors import DATA_DIR_ERRNOS, DataConfigError, DataDirError, data_dir_error
 from linarena.data.spec import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,9 @@ class TaskDataModule(L.LightningDataModule):
     tensors depend on) and `build()` (read, download or generate the data and return named
     tensors); `check_sources()` when it reads files. Sequence tasks store per split
     `{split}/values`, `{split}/offsets`, `{split}/labels`; pair tasks store `{split}/first/...`
-    and `{split}/second/...` plus `{split}/labels`.
+    and `{split}/second/...` plus `{split}/labels`; token tasks store `{split}/tokens` and
+    `{split}/labels`, both (n, L) (labels -100 where not scored). `make_dataset` turns each
+    into its dataset; a subclass overrides it only for another layout (MQAR's mixture).
 
     Batches are dicts with `tokens` LongTensor (B, L) (pair task: (B, 2, L)), `mask` BoolTensor of
     the same shape (True = real token, right padding, pad id 0) and `label` LongTensor (B,)
@@ -86,6 +89,15 @@ class TaskDataModule(L.LightningDataModule):
         seed: int,
     ) -> None:
         super().__init__()
+        if not str(data_dir).strip():
+            # Path("") is the working directory: the data would land wherever the run starts.
+            raise DataConfigError(
+                "data.data_dir is empty: paths.data_dir is LINARENA_DATA_DIR when that is set, "
+                "and it is set to an empty string (or paths.data_dir= was given no value), which "
+                "would put the data in the working directory. Unset LINARENA_DATA_DIR (the data "
+                "then go to data/ in the repository), or set it, or paths.data_dir=..., to a "
+                "folder."
+            )
         if not isinstance(spec, TaskSpec):
             raise TypeError(
                 f"{type(self).__name__} must pass its TaskSpec (name, head_kind, vocab_size, "
@@ -126,6 +138,10 @@ class TaskDataModule(L.LightningDataModule):
     def max_length(self) -> int:
         return self.spec.max_length
 
+    @property
+    def causal(self) -> bool:
+        return self.spec.causal
+
     # ---- what subclasses provide -------------------------------------------------------------
     def cache_config(self) -> dict[str, Any]:
         """JSON-serialisable settings that the cached tensors depend on."""
@@ -140,8 +156,10 @@ class TaskDataModule(L.LightningDataModule):
         downloaded or generated; only looks whether files exist (default: nothing to check)."""
 
     def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
-        """Dataset for a stored split (default: sequence or pair classification)."""
+        """Dataset for a stored split, by head kind (the layouts of the class docstring)."""
         labels = tensors[f"{split}/labels"]
+        if self.head_kind == "token":
+            return TokenDataset(tensors[f"{split}/tokens"], labels)
         if self.head_kind == "pair":
             first = self._packed(tensors, f"{split}/first")
             second = self._packed(tensors, f"{split}/second")
@@ -176,12 +194,12 @@ class TaskDataModule(L.LightningDataModule):
         check_data_dir(self.data_dir)
         try:
             return load_or_build(self.cache_path, self._full_config(), self._build_logged)
-        except (PermissionError, NotADirectoryError, FileExistsError) as error:
-            raise DataDirError(
-                f"Cannot write the data of data={self.name} under {self.data_dir.resolve()} "
-                f"({error.strerror or error}: {error.filename}). Set paths.data_dir to a "
-                "writable folder."
-            ) from None
+        except OSError as error:
+            # A full, read-only or unwritable data folder. DataNotFoundError, a FileNotFoundError
+            # without errno, passes through.
+            if error.errno not in DATA_DIR_ERRNOS:
+                raise
+            raise data_dir_error(error, self.name, self.data_dir) from None
 
     def _build_logged(self) -> dict[str, torch.Tensor]:
         log.info("Building %s data (cache %s)", self.name, self.cache_path)

@@ -7,6 +7,8 @@ catches them all with one clause; each also keeps the built-in base it always ha
 
 from __future__ import annotations
 
+import errno
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,7 +39,58 @@ class DataConfigError(DataError, ValueError):
 
 
 class DataDirError(DataNotFoundError):
-    """The data folder cannot hold the data: it is a file, or it is not writable."""
+    """The data folder cannot hold the data: it is a file, not writable, or full."""
+
+
+# OS errors met while writing the data that the data folder, not the code, causes.
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DATA_DIR_ERRNOS = (
+    *FULL_DISK_ERRNOS, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST
+)
+
+
+def _size(n_bytes: float) -> str:
+    """A byte count for people: 512 B, 3.4 GB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n_bytes < 1000:
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.1f} TB"
+
+
+def data_dir_error(error: OSError, task: str, data_dir: Path) -> DataDirError:
+    """One paragraph for an OSError of DATA_DIR_ERRNOS met while building the data of
+    data=`task` under `data_dir`: which folder, what is wrong with it, what to do.
+
+    The folder is the one of the file the error names (error.filename), else `data_dir`; a full
+    disk is reported with the free space of that folder's disk (of its nearest existing
+    parent), not of the working directory's.
+    """
+    path = Path(error.filename).absolute() if error.filename else data_dir.absolute()
+    folder = path if path.is_dir() else path.parent
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    elsewhere = "set paths.data_dir (or LINARENA_DATA_DIR) to another, writable folder."
+    if error.errno in FULL_DISK_ERRNOS:
+        free = _size(shutil.disk_usage(existing).free)
+        return DataDirError(
+            f"Cannot write the data of data={task} in {folder}: no space left on the device (or "
+            f"over quota), {free} free on the disk of {existing}. Free some space there, or "
+            f"{elsewhere}"
+        )
+    if error.errno == errno.EROFS:
+        return DataDirError(
+            f"Cannot write the data of data={task} in {folder}: it is on a read-only file "
+            f"system. Remount it writable, or {elsewhere}"
+        )
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return DataDirError(
+            f"Permission denied for {path} while building the data of data={task}. Make "
+            f"{folder} readable and writable for this user, or {elsewhere}"
+        )
+    return DataDirError(  # ENOTDIR, EEXIST
+        f"Cannot write the data of data={task} in {folder}: a file stands where a folder is "
+        f"needed ({path}). Move it away, or {elsewhere}"
+    )
 
 
 def in_generated_folder(error: DataFormatError, folder: Path) -> DataFormatError:

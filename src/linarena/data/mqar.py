@@ -92,7 +92,7 @@ def check_mqar_settings(vocab_size: int, seq_len: int, num_pairs: int) -> None:
 class MQARDataModule(TaskDataModule):
     """Generated MQAR sequences; task "token": labels (B, L) are value ids at queried keys.
 
-    num_classes = vocab_size, so a label is a token id. Use with causal attention.
+    num_classes = vocab_size, so a label is a token id. A causal task (TaskSpec.causal).
     """
 
     def __init__(
@@ -110,7 +110,7 @@ class MQARDataModule(TaskDataModule):
         num_test: int = 3_000,
     ) -> None:
         # A label is a value id, i.e. a token id: as many classes as token ids.
-        spec = TaskSpec("mqar", "token", vocab_size, vocab_size, max_length)
+        spec = TaskSpec("mqar", "token", vocab_size, vocab_size, max_length, causal=True)
         super().__init__(spec, data_dir, batch_size, num_workers, seed)
         check_mqar_settings(vocab_size, max_length, num_pairs)
         check_split_sizes(num_train, num_val, num_test)
@@ -139,9 +139,6 @@ class MQARDataModule(TaskDataModule):
             tensors[f"{split}/tokens"] = torch.from_numpy(tokens).to(dtype)
             tensors[f"{split}/labels"] = torch.from_numpy(labels).to(dtype)
         return tensors
-
-    def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
-        return TokenDataset(tensors[f"{split}/tokens"], tensors[f"{split}/labels"])
 
 
 def mqar_setting_name(length: int, pairs: int) -> str:
@@ -210,7 +207,7 @@ class MQARMixtureDataModule(TaskDataModule):
         power_a: float = 0.01,
         num_val: int = 200,
     ) -> None:
-        spec = TaskSpec("mqar_mixture", "token", vocab_size, vocab_size, max_length)
+        spec = TaskSpec("mqar_mixture", "token", vocab_size, vocab_size, max_length, causal=True)
         super().__init__(spec, data_dir, batch_size, num_workers, seed)
         self.train_settings, self.test_settings = _settings(train, "train"), _settings(test, "test")
         for length, pairs, _ in self.train_settings + self.test_settings:
@@ -259,7 +256,7 @@ class MQARMixtureDataModule(TaskDataModule):
 
     def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
         if split != "test":
-            return TokenDataset(tensors[f"{split}/tokens"], tensors[f"{split}/labels"])
+            return super().make_dataset(tensors, split)
         return ConcatDataset([
             SettingTokens(tensors[f"test/{name}/tokens"], tensors[f"test/{name}/labels"], index)
             for index, name in enumerate(self.test_setting_names)])

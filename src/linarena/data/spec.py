@@ -26,6 +26,9 @@ class TaskSpec:
         vocab_size: number of token ids, padding included.
         num_classes: number of output classes.
         max_length: longest sequence (each document of a pair), from data.max_length.
+        causal: the task is meant for causal attention (model.causal=true): each position's
+            label is predicted from the tokens up to it (MQAR, as in Zoology). False (the
+            default) for tasks that classify whole sequences.
 
     The padding id, `pad_id`, is PAD_ID (0) for every task: the model masks that id.
     """
@@ -35,6 +38,7 @@ class TaskSpec:
     vocab_size: int
     num_classes: int
     max_length: int
+    causal: bool = False
     pad_id: ClassVar[int] = PAD_ID
 
     def __post_init__(self) -> None:
@@ -51,3 +55,5 @@ class TaskSpec:
                 fail(f"states {field}={value!r}; it must be an int >= {least}")
         if not isinstance(self.max_length, int) or self.max_length < 1:
             raise DataConfigError(f"data.max_length must be >= 1, got {self.max_length!r}")
+        if not isinstance(self.causal, bool):
+            fail(f"states causal={self.causal!r}; it must be True or False")

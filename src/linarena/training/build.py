@@ -12,12 +12,12 @@ from hydra.utils import instantiate
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.loggers import Logger
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from linarena.errors import ConfigError
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
-from linarena.training.checkpoint_identity import StoreRunIdentity
+from linarena.training.checkpoint_identity import StoreRunIdentity, run_identity
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.launch import resolve_precision
 from linarena.training.module import ClassificationModule
@@ -48,6 +48,7 @@ class Components:
     perf: PerfMonitor
     precision: str
     signals: SaveOnSignal
+    identity: dict[str, Any]
 
 
 def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
@@ -62,7 +63,11 @@ def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
 
 def build_model(cfg: DictConfig, datamodule: LightningDataModule) -> nn.Module:
     """The model of `cfg.model` with one `cfg.attention` core per layer, sized by the datamodule
-    (its constructor is enough: no data is read)."""
+    (its constructor is enough: no data is read). model.causal null becomes the task's own
+    (TaskSpec.causal), in `cfg` itself, so that what was built is what the run records."""
+    if cfg.model.get("causal") is None:
+        with open_dict(cfg.model):
+            cfg.model.causal = bool(datamodule.causal)
     sizes = {name: getattr(datamodule, name) for name in DATAMODULE_ARGS}
     attention = instantiate_group(cfg.attention, "attention")
     return instantiate_group(cfg.model, "model", **sizes, attention=attention)
@@ -102,14 +107,16 @@ def build_loggers(cfg: DictConfig) -> list[Logger]:
     return loggers
 
 
-def build_components(cfg: DictConfig, output_dir: Path, identity: dict[str, Any]) -> Components:
-    """Build every object of a checked config's run (no data is loaded yet); `identity`
-    (checkpoint_identity.run_identity) goes into every checkpoint."""
+def build_components(cfg: DictConfig, output_dir: Path, commit: str | None) -> Components:
+    """Build every object of a checked config's run (no data is loaded yet), and the run's
+    identity (checkpoint_identity.run_identity, with the code's `commit`), which goes into every
+    checkpoint."""
     seed_everything(cfg.seed, workers=True)
     datamodule = instantiate_group(cfg.data, "data")
+    model = build_model(cfg, datamodule)
+    identity = run_identity(cfg, commit)
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)
-    model = build_model(cfg, datamodule)
     optim = instantiate_group(cfg.optim, "optim", _convert_="all")
     module = ClassificationModule(model, optim, datamodule.num_classes, datamodule.head_kind)
 
@@ -143,7 +150,7 @@ def build_components(cfg: DictConfig, output_dir: Path, identity: dict[str, Any]
     )
     for logger in loggers:
         logger.log_hyperparams(logged_config(cfg, task, attention, precision))
-    return Components(datamodule, module, trainer, perf, precision, signals)
+    return Components(datamodule, module, trainer, perf, precision, signals, identity)
 
 
 def logged_config(cfg: DictConfig, task: str, attention: str, precision: str) -> dict[str, Any]:

@@ -157,7 +157,9 @@ def check_attention_builds(cfg: DictConfig) -> None:
         if isinstance(node, DictConfig) and "_target_" in node:
             check_keys(node, f"attention.{key}")
     try:
-        args = (width // model.num_heads, model.causal)
+        # model.causal null is the task's own, known once the datamodule is built: probed as
+        # bidirectional here, built as the task says in build.py.
+        args = (width // model.num_heads, bool(model.causal))
         layer = instantiate(cfg.attention)(**dict(zip(ATTENTION_ARGS, args, strict=True)))
         if isinstance(layer, LinearAttention):
             layer.feature_map.check_length(cfg.data.max_length)

@@ -8,9 +8,10 @@ import os
 import shutil
 from pathlib import Path
 
-# Variables that libraries read and reject when set to an empty string (wandb validates
-# WANDB_MODE against its modes); empty means unset, as in most shells' idiom `VAR= command`.
-EMPTY_MEANS_UNSET = ("WANDB_MODE",)
+# Variables read as settings, for which empty means unset, as in most shells' idiom
+# `VAR= command`: wandb rejects an empty WANDB_MODE; an empty LINARENA_DATA_DIR or LINARENA_ROOT
+# would put data and outputs in the current folder or at the file system's root.
+EMPTY_MEANS_UNSET = ("WANDB_MODE", "LINARENA_DATA_DIR", "LINARENA_ROOT")
 
 
 def normalise_environment() -> None:

@@ -18,7 +18,6 @@ from linarena.errors import NonFiniteStateError
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.system import code_version
 from linarena.training.build import build_components
-from linarena.training.checkpoint_identity import run_identity
 from linarena.training.config_checks import check_config, fit_validation_interval
 from linarena.training.launch import check_launch
 from linarena.training.memory import check_memory
@@ -65,13 +64,12 @@ def train(cfg: DictConfig) -> float:
 
     # Build; a checkpoint to continue must have been written by this run.
     commit = code_version()
-    identity = run_identity(cfg, commit)
-    parts = build_components(cfg, output_dir, identity)
+    parts = build_components(cfg, output_dir, commit)
     trainer = parts.trainer
     ckpt_path = None if resume is None else str(resume.checkpoint)
     history = []
     if resume is not None:
-        check_checkpoint_fits(resume.checkpoint, parts.module, identity, resume)
+        check_checkpoint_fits(resume.checkpoint, parts.module, parts.identity, resume)
         history = append_history(output_dir, resume)
 
     def run_fields() -> dict[str, Any]:
