@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from training_helpers import REPO, compose_config
 
-from linarena.training.config_checks import check_config
+from linarena.training.config_checks import check_config, fit_validation_interval
 
 README = (REPO / "README.md").read_text()
 # ```lang ... ``` blocks, indented or not (a block inside a list item is indented).
@@ -57,7 +57,9 @@ def test_every_python_block_runs_as_written(block: str) -> None:
 @pytest.mark.parametrize("overrides", TRAIN_COMMANDS, ids=" ".join)
 def test_every_train_command_composes_and_passes_the_checks(overrides: list[str]) -> None:
     hydra_only = [o for o in overrides if o.startswith(("hydra/", "hydra.", "hparams_search"))]
-    check_config(compose_config([o for o in overrides if o not in hydra_only] + hydra_only))
+    cfg = compose_config([o for o in overrides if o not in hydra_only] + hydra_only)
+    fit_validation_interval(cfg, overrides)  # as a run does before its checks (run.py)
+    check_config(cfg)
 
 
 def test_every_script_the_readme_names_exists() -> None:
