@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
+from contextlib import closing
 
 import pytest
 import torch
@@ -10,7 +12,14 @@ from data_fixtures import LISTOPS_LINES, write_listops_release
 
 from linarena.data import DataFormatError, DataNotFoundError, ListOpsDataModule
 from linarena.data.listops import VOCAB_SIZE, encode_listops, read_listops_tsv
-from linarena.data.listops_generator import generate_listops, write_listops_files
+from linarena.data.listops_generator import iter_unique_listops, write_listops_files
+
+
+def generate_listops(num_examples: int, **settings: int) -> list[tuple[str, int]]:
+    """The first `num_examples` of `iter_unique_listops(**settings)`."""
+    with closing(iter_unique_listops(**settings)) as stream:
+        return list(itertools.islice(stream, num_examples))
+
 
 SMALL = {"max_depth": 10, "max_args": 10, "min_length": 10, "max_length": 64}
 

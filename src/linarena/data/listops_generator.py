@@ -176,12 +176,6 @@ def iter_unique_listops(
             pool.terminate()
 
 
-def generate_listops(num_examples: int, **settings: int) -> list[tuple[str, int]]:
-    """The first `num_examples` of `iter_unique_listops(**settings)`."""
-    with closing(iter_unique_listops(**settings)) as stream:
-        return list(itertools.islice(stream, num_examples))
-
-
 def write_listops_files(
     folder: Path,
     sizes: dict[str, int],

@@ -113,6 +113,9 @@ def build_components(cfg: DictConfig, output_dir: Path, commit: str | None) -> C
     checkpoint."""
     seed_everything(cfg.seed, workers=True)
     datamodule = instantiate_group(cfg.data, "data")
+    # Missing data that will not be downloaded or generated: said now, with the command that
+    # gets it, before loggers start a W&B run for a training that cannot happen.
+    datamodule.check_available()
     model = build_model(cfg, datamodule)
     identity = run_identity(cfg, commit)
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.

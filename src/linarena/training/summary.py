@@ -1,5 +1,5 @@
 """summary.json: the one file per run that scripts/compare.py reads, and the comparison row every
-logger is sent (linarena.training.report)."""
+logger is sent (linarena.training.run_report)."""
 
 from __future__ import annotations
 
