@@ -58,6 +58,8 @@ class Resume:
     step: int
     overrides: list[str] = field(default_factory=list)
     changes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The checkpoint already reached trainer.max_steps: nothing left to train.
+    finished: bool = False
 
     def record(self) -> dict[str, Any]:
         return {
@@ -205,7 +207,7 @@ def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, R
     saved = output_dir / ".hydra" / "config.yaml"
     # Outside a Hydra job (the compose API) or with no saved run here: the config as given.
     if not HydraConfig.initialized() or not saved.is_file():
-        return cfg, Resume(path, step)
+        return cfg, Resume(path, step, finished=finished(cfg, Resume(path, step)))
     hydra_cfg = HydraConfig.get()
     original = list(OmegaConf.load(output_dir / ".hydra" / "overrides.yaml"))
     given = list(hydra_cfg.overrides.task)
@@ -223,6 +225,7 @@ def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, R
         overrides=[o for o in given if o not in original],
         changes={k: {"before": b, "after": a} for k, (b, a) in changes.items() if k != "ckpt_path"},
     )
+    resume.finished = finished(restored, resume)
     return restored, resume
 
 
@@ -230,6 +233,15 @@ def finished(cfg: DictConfig, resume: Resume | None) -> bool:
     """Whether the checkpoint already reached trainer.max_steps (nothing left to train)."""
     max_steps = cfg.trainer.get("max_steps", -1)
     return resume is not None and max_steps is not None and 0 < max_steps <= resume.step
+
+
+def begin_resume(
+    output_dir: Path, resume: Resume, module: torch.nn.Module, identity: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Check that the checkpoint continues this run (check_checkpoint_fits), then append the
+    resume to the history; returns the whole history."""
+    check_checkpoint_fits(resume.checkpoint, module, identity, resume)
+    return append_history(output_dir, resume)
 
 
 def append_history(output_dir: Path, resume: Resume) -> list[dict[str, Any]]:

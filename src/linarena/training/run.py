@@ -22,9 +22,7 @@ from linarena.training.config_checks import check_config, fit_validation_interva
 from linarena.training.launch import check_launch
 from linarena.training.memory import check_memory
 from linarena.training.resume import (
-    append_history,
-    check_checkpoint_fits,
-    finished,
+    begin_resume,
     restore_run_config,
 )
 from linarena.training.run_report import logger_fields, send_summary
@@ -49,7 +47,7 @@ def train(cfg: DictConfig) -> float:
 
     # Restore: a resumed run continues with its own saved config plus the allowed changes.
     cfg, resume = restore_run_config(cfg, output_dir)
-    if finished(cfg, resume):
+    if resume is not None and resume.finished:
         return report_finished(cfg, output_dir, resume.checkpoint, resume.step)
 
     # Check everything that can be checked before anything is built or read.
@@ -69,8 +67,7 @@ def train(cfg: DictConfig) -> float:
     ckpt_path = None if resume is None else str(resume.checkpoint)
     history = []
     if resume is not None:
-        check_checkpoint_fits(resume.checkpoint, parts.module, parts.identity, resume)
-        history = append_history(output_dir, resume)
+        history = begin_resume(output_dir, resume, parts.module, parts.identity)
 
     def run_fields() -> dict[str, Any]:
         """summary.json's facts about this run, finished or diverged."""
