@@ -17,10 +17,12 @@ sits next to them, so a run with `--out docs/results` updates docs/results/prove
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import platform
 import shlex
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,7 +70,10 @@ def _update(folder: Path, change: Any) -> dict[str, dict[str, Any]]:
     """Read, change (a function of the records) and write back atomically, under a lock so
     that two scripts writing results into one folder do not lose each other's records."""
     folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder / f".{PROVENANCE_FILE}.lock")):
+    # The lock file lives in the temporary folder, keyed by the results folder's path, so that
+    # none is left beside the results (one machine's writers share it; that is who races).
+    key = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:16]
+    with FileLock(str(Path(tempfile.gettempdir()) / f"linarena-provenance-{key}.lock")):
         records = load(folder)
         change(records)
         text = json.dumps(dict(sorted(records.items())), indent=2) + "\n"
