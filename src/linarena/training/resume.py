@@ -231,7 +231,7 @@ def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, R
 
 def finished(cfg: DictConfig, resume: Resume | None) -> bool:
     """Whether the checkpoint already reached trainer.max_steps (nothing left to train)."""
-    max_steps = cfg.trainer.get("max_steps", -1)
+    max_steps = OmegaConf.select(cfg, "trainer.max_steps", default=-1)
     return resume is not None and max_steps is not None and 0 < max_steps <= resume.step
 
 
