@@ -2,8 +2,8 @@
 
 Reads the summary.json of every run of experiment=mqar_mixture(_cpu) under --runs (debug runs
 left out) and writes, into --out, <name>_runs.csv (a row per run and test setting),
-<name>.csv (per attention and setting: the median accuracy over seeds, its range and the seeds
-that reached 90%) and <name>.md (caption and table; settings longer than any training length
+<name>.csv (per attention and setting: the median accuracy over seeds, its range, the seeds
+that reached 90% and that success rate with its 95% Wilson interval) and <name>.md (caption and table; settings longer than any training length
 marked †), each with its provenance record in <out>/provenance.json.
 
     python train.py -m experiment=mqar_mixture_cpu attention=softmax,elu,taylor seed=1,2,3 \\
@@ -17,10 +17,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.mqar_mixture import accuracy_table, caption, load_runs, summarize
-from linarena.analysis.provenance import command_line, record
+from linarena.analysis.provenance import command_line
 from linarena.errors import LinarenaError
-from linarena.files import write_atomic, write_text_atomic
+from linarena.studies.mixture import accuracy_table, caption, load_runs, summarize
+from linarena.studies.study import write_report
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -46,13 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(runs)
     table = accuracy_table(summary)
     out = args.out or args.runs[0]
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{args.name}{suffix}" for suffix in ("_runs.csv", ".csv", ".md")]
-    write_atomic(paths[0], lambda f: runs.to_csv(f, index=False))
-    write_atomic(paths[1], lambda f: summary.to_csv(f, index=False))
-    write_text_atomic(paths[2], caption(runs, config) + table)
     command = command_line(__file__, argv)
-    record(paths, f"{args.runs_command}; then {command}" if args.runs_command else command)
+    paths = write_report(out, args.name, {
+        "_runs.csv": runs, ".csv": summary, ".md": caption(runs, config) + table,
+    }, f"{args.runs_command}; then {command}" if args.runs_command else command)
     runs_count = len(runs.drop_duplicates(["attention", "seed"]))
     print(table + f"{runs_count} runs -> {', '.join(map(str, paths))}")
     return 0

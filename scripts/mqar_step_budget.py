@@ -5,8 +5,8 @@ Reads a finished study's runs CSV (mqar_study.py's <name>_runs.csv), takes the p
 lr_seed), and trains every seed of the grid there with trainer.max_steps=--max-steps, one run
 each in <root>/<run id>/ (finished runs are skipped, so the command resumes; --resume-from the
 runs CSV it wrote counts those runs as finished too). Then writes into --out <name>_runs.csv
-(the longer runs), <name>.csv (per point, both budgets: median test accuracy, seeds at 90%,
-median best step, median gain) and <name>.md (that table), with their provenance records.
+(the longer runs), <name>.csv (per point, both budgets: median test accuracy, seeds at 90%
+with the success rate's 95% Wilson interval, median best step, median gain) and <name>.md (that table), with their provenance records.
 
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \\
         --max-steps 4000 --jobs 2 --root results/mqar_step_budget --out docs/results \\
@@ -19,14 +19,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.mqar_results import load_archive
-from linarena.analysis.mqar_step_budget import caption, chosen_points, compare, comparison_table
-from linarena.analysis.mqar_step_budget import plan as plan_tasks
-from linarena.analysis.mqar_study import load_grid, missing, preset_protocol, run_tasks, study_runs
-from linarena.analysis.provenance import command_line, record
+from linarena.analysis.provenance import command_line
 from linarena.attention.variants import check_variant_names, variant_names
 from linarena.errors import LinarenaError
-from linarena.files import write_atomic, write_text_atomic
+from linarena.studies.preset import load_grid, preset_protocol
+from linarena.studies.runs import load_archive, study_runs
+from linarena.studies.step_budget import caption, chosen_points, compare, comparison_table
+from linarena.studies.step_budget import plan as plan_tasks
+from linarena.studies.study import pending, run_tasks, write_report
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                     load_archive(args.resume_from, preset_protocol(args.preset, longer_steps)))
         done = frozenset() if archived is None else frozenset(archived["run"])
         if not args.report_only:
-            todo = [(p, left) for p, names_at in tasks
-                    if (left := missing(p, args.root, names_at, done))]
+            todo = pending(tasks, args.root, done)
             print(f"{len(points)} points x {len(grid['seeds'])} seeds at max_steps "
                   f"{args.max_steps}: {sum(len(n) for _, n in todo)} runs to go", flush=True)
             counts: dict[str, int] = {}
@@ -90,13 +89,11 @@ def main(argv: list[str] | None = None) -> int:
               f"chosen points under {args.root} yet: run without --report-only", file=sys.stderr)
         return 2
     planned = sum(len(names_at) for _, names_at in tasks)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{args.name}{suffix}" for suffix in ("_runs.csv", ".csv", ".md")]
-    write_atomic(paths[0], lambda f: longer.to_csv(f, index=False))
-    write_atomic(paths[1], lambda f: table.to_csv(f, index=False))
-    write_text_atomic(paths[2], caption(table, planned, int(table["seeds"].sum()))
-                      + comparison_table(table, variant_names()))
-    record(paths, command_line(__file__, argv))
+    paths = write_report(out, args.name, {
+        "_runs.csv": longer, ".csv": table,
+        ".md": caption(table, planned, int(table["seeds"].sum()))
+        + comparison_table(table, variant_names()),
+    }, command_line(__file__, argv))
     print(f"{len(longer)} longer runs -> {paths[1]}")
     return 0
 

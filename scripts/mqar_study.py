@@ -8,8 +8,8 @@ the runs listed there count as finished too, so a study spans sessions or machin
 committed CSV (each row names the commit that trained it). One console line per finished run (result,
 ETA); each point's train.py output goes to <root>/<point>/console.log. Then, from the runs'
 summary.json files: <out>/<name>_runs.csv (every run), <name>.csv (per attention, short conv and
-width: the lr chosen on validation, the median test accuracy over seeds and the seeds that
-reached 90%), <name>.md (that table) and <name>.png (the figure, every seed drawn), each with its
+width: the lr chosen on validation, the median test accuracy over seeds, the seeds that reached
+90% and that success rate with its 95% Wilson interval), <name>.md (that table) and <name>.png (the figure, every seed drawn), each with its
 provenance record in <out>/provenance.json.
 
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2
@@ -29,18 +29,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.mqar_plot import plot_state_size
-from linarena.analysis.mqar_results import (
-    RECALL_THRESHOLD,
+from linarena.analysis.provenance import command_line
+from linarena.attention.variants import variant_names
+from linarena.errors import LinarenaError
+from linarena.studies.preset import load_grid, preset_protocol
+from linarena.studies.runs import load_archive, study_runs
+from linarena.studies.state_size import (
     accuracy_table,
-    load_archive,
+    caption,
+    figure_title,
+    not_run,
+    run_study,
     summarize,
 )
-from linarena.analysis.mqar_study import load_grid, preset_protocol, run_study, study_runs
-from linarena.analysis.provenance import command_line, record
-from linarena.attention.variants import label, variant_names
-from linarena.errors import LinarenaError
-from linarena.files import write_atomic, write_text_atomic
+from linarena.studies.state_size_plot import plot_state_size
+from linarena.studies.study import write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,62 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     absent = not_run(summary, grid, args.attention or variant_names())
     partial = bool((summary["lrs_tried"] < expected).any()
                    or (summary["seeds"] < len(grid["seeds"])).any() or absent)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{args.name}{suffix}" for suffix in ("_runs.csv", ".csv", ".md", ".png")]
-    write_atomic(paths[0], lambda f: runs.to_csv(f, index=False))
-    write_atomic(paths[1], lambda f: summary.to_csv(f, index=False))
-    write_text_atomic(paths[2], caption(runs, summary, grid, partial, absent)
-                      + accuracy_table(summary))
-    first = runs.iloc[0]
-    title = (f"MQAR, vocab {first['vocab_size']}, length {first['seq_len']}, "
-             f"{first['num_pairs']} pairs; median of {len(grid['seeds'])} seeds (line), "
-             "every seed (points)")
-    plot_state_size(summary, runs, paths[3], title=title)
-    record(paths, command_line(__file__, argv))
+    paths = write_report(out, args.name, {
+        "_runs.csv": runs, ".csv": summary,
+        ".md": caption(runs, summary, grid, partial, absent) + accuracy_table(summary),
+        ".png": lambda path: plot_state_size(summary, runs, path, title=figure_title(runs, grid)),
+    }, command_line(__file__, argv))
     print(f"{len(runs)} runs -> {paths[1]}, {paths[3]}" + (" (partial)" if partial else ""))
     return 0
 
 
-def not_run(summary, grid: dict, attentions: list[str]) -> list[str]:
-    """What the grid has and the study has not finished a point of yet: an attention's label
-    when none of its points is, else the label with the short-conv settings (and widths, when
-    not every width of one is missing) left."""
-    have = set(zip(summary["attention"], summary["short_conv"], summary["d_model"], strict=True))
-    absent = []
-    for name in attentions:
-        left = {conv: [w for w in grid["widths"] if (name, conv, w) not in have]
-                for conv in grid["short_conv"]}
-        if all(len(widths) == len(grid["widths"]) for widths in left.values()):
-            absent.append(label(name))
-            continue
-        parts = [(f"conv {conv}" if conv else "without conv")
-                 + ("" if len(widths) == len(grid["widths"])
-                    else " at d=" + ", ".join(map(str, widths)))
-                 for conv, widths in left.items() if widths]
-        if parts:
-            absent.append(f"{label(name)} {' and '.join(parts)}")
-    return absent
-
-
-def caption(runs, summary, grid: dict, partial: bool, absent: list[str]) -> str:
-    """What the table shows and how it was chosen, above it in <name>.md."""
-    first = runs.iloc[0]
-    lr_rule = ("on seed {}'s runs; the other seeds ran at that lr only".format(grid["lr_seed"])
-               if grid["lr_seed"] is not None else "on the median over seeds")
-    text = (f"MQAR, vocab {first['vocab_size']}, length {first['seq_len']}, "
-            f"{first['num_pairs']} pairs, {first['num_layers']} layers, at most "
-            f"{first['max_steps']} steps (early stop at val acc 0.99); seeds {grid['seeds']}; "
-            f"lrs {grid['lrs']}.\n\nEach cell: median test accuracy (%) over seeds at the lr "
-            f"with the best validation accuracy (chosen {lr_rule}; ties to the lower lr; test "
-            f"accuracy never read), and (k/n) the seeds whose test accuracy reached "
-            f"{100 * RECALL_THRESHOLD:.0f}%. Median step of the best validation accuracy: "
-            f"{summary['best_step_median'].median():.0f} of at most {first['max_steps']}.\n\n")
-    if partial:
-        left = f" Not finished yet: {'; '.join(absent)}." if absent else ""
-        text = (f"PARTIAL: the study has not finished. Rows with fewer than "
-                f"{len(grid['lrs'])} lrs tried or {len(grid['seeds'])} seeds are incomplete."
-                f"{left}\n\n" + text)
-    return text
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from training_helpers import compose_config
 
-from linarena.analysis.mqar_study import StudyPoint
+from linarena.studies.study import StudyPoint
 
 PRESET = "mqar_study_cpu"
 

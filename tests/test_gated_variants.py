@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 from torch.nn import functional as F
 from training_helpers import compose_config
 
-from linarena.analysis.mqar_results import state_size
 from linarena.attention import EluAttention, LinearAttention
 from linarena.attention.maps.elu import EluFeatures
 from linarena.attention.recurrent import (
@@ -24,6 +23,7 @@ from linarena.attention.recurrent import (
 )
 from linarena.attention.variants import load_variant, variant_names
 from linarena.models import TransformerClassifier
+from linarena.studies.runs import state_size
 
 # Every variant whose core is a recurrence (a subclass of RecurrentAttention), read from the
 # registry (conf/attention/): a new core is tested here without being named.

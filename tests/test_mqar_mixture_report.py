@@ -1,4 +1,4 @@
-"""The MQAR mixture report (linarena.analysis.mqar_mixture, scripts/mqar_mixture.py): accuracy
+"""The MQAR mixture report (linarena.studies.mixture, scripts/mqar_mixture.py): accuracy
 per test setting over seeds, † beyond the training lengths, registry order, no pooling of
 different mixtures, the files written and the README table made from them."""
 
@@ -13,10 +13,11 @@ import pytest
 from omegaconf import OmegaConf
 from training_helpers import compose_config
 
-from linarena.analysis.mqar_mixture import accuracy_table, load_runs, summarize
 from linarena.analysis.provenance import load
 from linarena.analysis.results_tables import STAGES, TABLES, render
 from linarena.attention.variants import label, variant_names
+from linarena.studies.mixture import accuracy_table, load_runs, summarize
+from linarena.studies.statistics import wilson_interval
 from linarena.training.run import train
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -87,6 +88,19 @@ def test_median_range_and_seeds_that_recall_per_setting(runs_root: Path) -> None
     assert f"| {label('elu')} | 98.0 (3/3) | 98.0 (3/3) | 98.0 (3/3) | 92.0 (2/3) | 92.0 (2/3) |" \
         in table
     assert f"| {label('softmax')} | 100.0 (2/2) | 100.0 (2/2) | 100.0 (2/2) | 10.0 (0/2) |" in table
+
+
+def test_each_setting_carries_the_success_rate_with_its_wilson_interval(runs_root: Path) -> None:
+    summary = summarize(load_runs([runs_root])[0]).set_index(["attention", "length", "pairs"])
+    elu_long = summary.loc[("elu", 256, 64)]
+    assert (elu_long["n_seeds"], elu_long["successes"]) == (3, 2)
+    assert elu_long["success_rate"] == pytest.approx(2 / 3)
+    assert (elu_long["success_ci_low"], elu_long["success_ci_high"]) == wilson_interval(2, 3)
+    assert (elu_long["median_acc"], elu_long["min_acc"], elu_long["max_acc"]) == pytest.approx(
+        (0.92, 0.40, 0.95))
+    softmax_long = summary.loc[("softmax", 256, 64)]  # one of its two seeds diverged
+    assert (softmax_long["n_seeds"], softmax_long["successes"]) == (2, 0)
+    assert softmax_long["success_ci_high"] == pytest.approx(wilson_interval(0, 2)[1])
 
 
 def test_lengths_beyond_training_are_marked_and_columns_sorted(runs_root: Path) -> None:

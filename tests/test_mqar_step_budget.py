@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from mqar_helpers import fake_run
 
-from linarena.analysis.mqar_results import load_study
-from linarena.analysis.mqar_step_budget import chosen_points, compare, plan
-from linarena.analysis.mqar_study import StudyPoint
+from linarena.studies.runs import load_study
+from linarena.studies.statistics import wilson_interval
+from linarena.studies.step_budget import chosen_points, compare, plan
+from linarena.studies.study import StudyPoint
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LONGER = ["trainer.max_steps=4000"]
@@ -78,6 +79,11 @@ def test_the_comparison_pairs_seeds_and_counts_recall_at_both_budgets(study, tmp
     assert (row["recalled_study"], row["recalled_longer"]) == (1, 2)
     # per-seed gains 0.25, 0.05, 0.07: their median, not the difference of the medians
     assert row["gain_median"] == pytest.approx(0.07)
+    # Each budget's statistics (issue #26), over the paired seeds.
+    assert (row["n_seeds_study"], row["successes_study"]) == (3, 1)
+    assert (row["n_seeds_longer"], row["successes_longer"]) == (3, 2)
+    assert (row["success_ci_low_longer"], row["success_ci_high_longer"]) == wilson_interval(2, 3)
+    assert (row["min_acc_longer"], row["max_acc_longer"]) == pytest.approx((0.45, 0.99))
 
 
 def test_the_script_reports_both_budgets_with_provenance_and_says_when_runs_are_missing(

@@ -15,24 +15,11 @@ from omegaconf import OmegaConf
 from PIL import Image
 from training_helpers import compose_config
 
-from linarena.analysis.mqar_results import (
-    choose_lr,
-    load_archive,
-    load_study,
-    state_size,
-    summarize,
-)
-from linarena.analysis.mqar_study import (
-    Progress,
-    StudyPoint,
-    _later_seed_tasks,
-    load_grid,
-    missing,
-    plan_points,
-    preset_protocol,
-    run_point,
-    study_runs,
-)
+from linarena.studies.preset import load_grid, preset_protocol
+from linarena.studies.runs import load_archive, load_study, state_size, study_runs
+from linarena.studies.state_size import _later_seed_tasks, choose_lr, plan_points, summarize
+from linarena.studies.statistics import wilson_interval
+from linarena.studies.study import Progress, StudyPoint, missing, run_point
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,6 +114,10 @@ def test_summary_gives_the_median_over_seeds_and_the_seeds_that_recalled(study: 
     assert elu["test_acc_median"] == 0.85 and elu["lrs_tried"] == 3
     assert elu["best_step_median"] == 202 and elu["lr_chosen_on"] == "seed 1"
     assert summary.loc[("softmax", 0, 16), "state_kind"] == "kv_cache"
+    # The statistics of every study's points (issue #26): k of n with its Wilson interval.
+    assert (elu["n_seeds"], elu["successes"], elu["success_rate"]) == (3, 1, pytest.approx(1 / 3))
+    assert (elu["success_ci_low"], elu["success_ci_high"]) == wilson_interval(1, 3)
+    assert (elu["median_acc"], elu["min_acc"], elu["max_acc"]) == (0.85, 0.12, 0.93)
 
 
 def test_a_diverged_run_is_a_tried_lr_that_is_never_chosen_and_says_so(

@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from linarena.analysis.mqar_results import RUN_COLUMNS, load_archive
 from linarena.analysis.provenance import RESULTS_DIR, load, record
 from linarena.analysis.result_files import ResultFileError, read_csv_checked
 from linarena.analysis.results_tables import write_tables
 from linarena.errors import LinarenaError
+from linarena.studies.runs import RUN_COLUMNS, load_archive
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = "benchmark_attention.csv"

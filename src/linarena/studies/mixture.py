@@ -1,12 +1,14 @@
-"""MQAR mixture results: accuracy per test setting (length, pairs) across attentions and seeds.
+"""The MQAR mixture study: accuracy per test setting (length, pairs) across attentions and seeds.
 
-Runs of experiment=mqar_mixture(_cpu) train on a mixture of (length, pairs) settings and write,
-per test setting, test/acc_L<length>_P<pairs> into summary.json's "metrics"
+Its grid is a train.py multirun (experiment=mqar_mixture(_cpu), attentions x seeds), its
+protocol POOLED_ON. Its runs train on a mixture of (length, pairs) settings and write, per test
+setting, test/acc_L<length>_P<pairs> into summary.json's "metrics"
 (linarena.metrics.TEST_ACC_PER_SETTING). This module reads every such run under some folders
 into one row per (run, test setting), then summarises each (attention, setting) over seeds: the
-median accuracy, its range and how many seeds reached RECALL_THRESHOLD, as a table with a row per
-attention and a column per setting. Settings longer than the longest training length are marked
-†: there the model meets positions it never trained on.
+median accuracy, its range, how many seeds reached SUCCESS_THRESHOLD and that rate's interval
+(statistics.point_statistics), as a table with a row per attention and a column per setting.
+Settings longer than the longest training length are marked †: there the model meets positions
+it never trained on.
 
 Runs are pooled only when they trained and tested on one mixture, at one width, depth, learning
 rate and step budget (only the attention and the seed may differ).
@@ -21,16 +23,17 @@ from typing import Any
 
 import pandas as pd
 
-from linarena.analysis.mqar_results import RECALL_THRESHOLD
 from linarena.analysis.order import attention_label, attention_sort_key
 from linarena.analysis.runs import parse_summary_file, schema_version
 from linarena.metrics import TEST_ACC_PER_SETTING
+from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "seed", "length", "pairs", "acc", "beyond_train", "run",
                "commit", "duration_s")
 SUMMARY_COLUMNS = ("attention", "label", "length", "pairs", "beyond_train", "seeds", "failed",
-                   "recalled", "test_acc_median", "test_acc_min", "test_acc_max")
+                   "recalled", "test_acc_median", "test_acc_min", "test_acc_max",
+                   *STATISTICS_COLUMNS)
 SETTING = re.compile(re.escape(TEST_ACC_PER_SETTING.key) + r"L(?P<length>\d+)_P(?P<pairs>\d+)$")
 # What must be equal for runs to be pooled (dotted paths in summary.json's "config").
 POOLED_ON = ("data.train", "data.test", "data.vocab_size", "model.d_model", "model.num_layers",
@@ -146,17 +149,20 @@ def _registry_key(column: pd.Series) -> pd.Series:
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per (attention, test setting), in SUMMARY_COLUMNS: seeds, the seeds whose run
     diverged (no accuracy: counted among the seeds, never as recalling), the seeds that reached
-    RECALL_THRESHOLD, and the median, min and max accuracy over the others."""
+    SUCCESS_THRESHOLD, the median, min and max accuracy over the others, then the
+    STATISTICS_COLUMNS (success rate with its Wilson interval)."""
     rows = []
     for (attention, length, pairs), group in runs.groupby(["attention", "length", "pairs"],
                                                           sort=False):
         acc = group["acc"]
+        stats = point_statistics(acc)
         rows.append({
             "attention": attention, "label": group["label"].iloc[0], "length": length,
             "pairs": pairs, "beyond_train": bool(group["beyond_train"].iloc[0]),
-            "seeds": len(group), "failed": int(acc.isna().sum()),
-            "recalled": int((acc >= RECALL_THRESHOLD).sum()), "test_acc_median": acc.median(),
-            "test_acc_min": acc.min(), "test_acc_max": acc.max(),
+            "seeds": stats["n_seeds"], "failed": int(acc.isna().sum()),
+            "recalled": stats["successes"], "test_acc_median": stats["median_acc"],
+            "test_acc_min": stats["min_acc"], "test_acc_max": stats["max_acc"],
+            **{column: stats[column] for column in STATISTICS_COLUMNS},
         })
     summary = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
     summary = summary.sort_values(["attention", "length", "pairs"], kind="stable",
@@ -172,7 +178,7 @@ def setting_header(length: int, pairs: int, beyond: bool) -> str:
 def accuracy_table(summary: pd.DataFrame) -> str:
     """Markdown: a row per attention (registry order), a column per test setting (by length,
     then pairs); each cell the median accuracy % over seeds and (k/n) the seeds that reached
-    RECALL_THRESHOLD, e.g. "98.9 (2/3)"; "–" where there is no accuracy."""
+    SUCCESS_THRESHOLD, e.g. "98.9 (2/3)"; "–" where there is no accuracy."""
     settings = summary[["length", "pairs", "beyond_train"]].drop_duplicates()
     settings = settings.sort_values(["length", "pairs"])
     columns = list(zip(settings["length"], settings["pairs"], strict=True))
@@ -209,7 +215,7 @@ def caption(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
             + f"; seeds {seeds}. Training (examples): {_settings_text(train)}. Test (examples "
             f"per setting): {_settings_text(test)}.\n\n"
             f"Each cell: median test accuracy (%) over seeds for that setting, and (k/n) the "
-            f"seeds whose accuracy reached {100 * RECALL_THRESHOLD:.0f}%. {BEYOND}: the length "
+            f"seeds whose accuracy reached {100 * SUCCESS_THRESHOLD:.0f}%. {BEYOND}: the length "
             f"is beyond the longest training length ({longest}), so the model meets positions "
             "it never trained on.\n\n")
     if len(failed):

@@ -1,5 +1,5 @@
-"""MQAR study results: one row per run from its folder, state sizes, the learning rate chosen
-on validation, and per point the median over seeds and how many seeds recalled.
+"""The runs of an MQAR study: one row per run from its folder (with its state size), the runs
+CSV a study wrote before (resume-from, checked against the preset's protocol), and both pooled.
 
 Each run folder holds summary.json (metrics, hparams) and .hydra/config.yaml (the full config,
 written by Hydra), from which the state size is computed.
@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.linear import LinearAttention
 from linarena.attention.recurrent import RecurrentAttention
-from linarena.attention.variants import label, variant_names
+from linarena.attention.variants import label
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "short_conv", "d_model", "num_heads", "num_layers", "lr",
@@ -44,11 +44,8 @@ PROTOCOL = ("num_layers", "max_steps", "vocab_size", "seq_len", "num_pairs")
 NUMERIC_COLUMNS = ("short_conv", "d_model", "num_heads", "num_layers", "lr", "seed", "state_size",
                    "test_acc", "val_acc_best", "steps", "best_step", "max_steps", "vocab_size",
                    "seq_len", "num_pairs", "duration_s")
+# A point of the study, without its lr and seed.
 GROUP = ["attention", "short_conv", "d_model"]
-# A seed "recalls" when its test accuracy reaches this (the table's "2/3").
-RECALL_THRESHOLD = 0.9
-# Validation accuracies closer than this are a tie (500 examples x 8 queries: steps of 2.5e-4).
-TIE = 1e-4
 
 
 def state_size(config: dict) -> tuple[int, str]:
@@ -159,59 +156,9 @@ def combine(runs: pd.DataFrame | None, archived: pd.DataFrame | None) -> pd.Data
         .reset_index(drop=True)
 
 
-def choose_lr(runs: pd.DataFrame) -> pd.Series:
-    """Per (attention, short_conv, d_model): the lr with the highest median val/acc_best over
-    its seeds; ties (within TIE) go to the lower lr. Test accuracy is never read. A diverged
-    run has no val/acc_best: its lr is never chosen unless every lr diverged (then the lowest)."""
-    chosen = {}
-    for key, group in runs.groupby(GROUP):
-        per_lr = group.groupby("lr")["val_acc_best"].median().sort_index()
-        if per_lr.isna().all():
-            chosen[key] = float(per_lr.index[0])
-            continue
-        best = per_lr.max()
-        chosen[key] = float(per_lr[per_lr >= best - TIE].index[0])
-    return pd.Series(chosen, name="lr").rename_axis(GROUP)
-
-
-def summarize(runs: pd.DataFrame, lr_seed: int | None = None) -> pd.DataFrame:
-    """One row per (attention, short_conv, d_model) at its chosen lr (chosen on the lr_seed's
-    runs when given, else on every seed's): the median test accuracy over seeds, the seeds that
-    reached RECALL_THRESHOLD, the median step of the best validation accuracy, lrs tried."""
-    basis = runs if lr_seed is None else runs[runs["seed"] == lr_seed]
-    tried = basis.groupby(GROUP)["lr"].nunique()
-    groups = dict(list(runs.groupby(GROUP)))
-    rows = []
-    for key, lr in choose_lr(basis).items():
-        at_lr = groups[key][groups[key]["lr"] == lr]
-        first = at_lr.iloc[0]
-        rows.append({
-            **dict(zip(GROUP, key, strict=True)), "label": first["label"],
-            "state_size": first["state_size"], "state_kind": first["state_kind"],
-            "chosen_lr": lr, "lr_chosen_on": "all seeds" if lr_seed is None else f"seed {lr_seed}",
-            "seeds": len(at_lr), "recalled": int((at_lr["test_acc"] >= RECALL_THRESHOLD).sum()),
-            "test_acc_median": at_lr["test_acc"].median(),
-            "test_acc_min": at_lr["test_acc"].min(), "test_acc_max": at_lr["test_acc"].max(),
-            "val_acc_median": at_lr["val_acc_best"].median(),
-            "best_step_median": at_lr["best_step"].median(),
-            "max_steps": first["max_steps"], "lrs_tried": int(tried[key]),
-        })
-    return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
-
-
-def accuracy_table(summary: pd.DataFrame) -> str:
-    """Markdown: a row per attention and short_conv, a column per width; each cell the median
-    test accuracy % over seeds at the chosen lr and the seeds that recalled, e.g. "98.9 (2/3)"."""
-    cells = summary.assign(cell=[
-        f"{100 * row.test_acc_median:.1f} ({row.recalled}/{row.seeds})"
-        for row in summary.itertuples()])
-    table = cells.pivot(index=["attention", "short_conv"], columns="d_model", values="cell")
-    order = {name: index for index, name in enumerate(variant_names())}
-    table = table.sort_index(key=lambda index: index.map(
-        lambda value: order.get(value, len(order)) if isinstance(value, str) else -value))
-    lines = ["| attention | short conv | " + " | ".join(f"d={w}" for w in table.columns) + " |",
-             "|---|---|" + "---|" * len(table.columns)]
-    for (name, conv), row in table.iterrows():
-        values = " | ".join("–" if pd.isna(v) else v for v in row)
-        lines.append(f"| {label(name)} | {conv or 'off'} | {values} |")
-    return "\n".join(lines) + "\n"
+def study_runs(root: Path, archived: pd.DataFrame | None) -> pd.DataFrame:
+    """The finished runs: the study folder's and the archived ones."""
+    if archived is None:
+        return load_study([root])
+    has_runs = root.is_dir() and any(root.rglob(SUMMARY_FILE))
+    return combine(load_study([root]) if has_runs else None, archived)

@@ -22,7 +22,7 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
     """Median test accuracy at the chosen lr (line) and every seed's (points) against state
     size on a log-2 axis.
 
-    ``summary``: mqar_results.summarize's rows; ``runs``: every run (load_study), of which the
+    ``summary``: state_size.summarize's rows; ``runs``: every run (runs.load_study), of which the
     runs at each point's chosen lr are drawn. Panels: short_conv > 0 first, then 0. Softmax's x
     is its KV cache at the test length, drawn dashed with hollow markers.
     """

@@ -1,6 +1,6 @@
 """Was the MQAR study's step budget enough? Its points rerun with more steps, same lr and seeds.
 
-The state-size study (mqar_study.py) stops a run at val accuracy 0.99 or at trainer.max_steps,
+The state-size study (state_size.py) stops a run at val accuracy 0.99 or at trainer.max_steps,
 and max_steps is enough when the median run has stopped improving by then. The median step of
 the best validation accuracy cannot say that alone: on the chance plateau that step is noise.
 So the check reruns chosen points of the finished study with a larger max_steps, at the lr the
@@ -15,8 +15,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from linarena.analysis.mqar_results import GROUP, RECALL_THRESHOLD, choose_lr
-from linarena.analysis.mqar_study import StudyPoint
+from linarena.studies.runs import GROUP
+from linarena.studies.state_size import choose_lr
+from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
+from linarena.studies.study import StudyPoint, Task, group_tasks
 
 # Learning rates are floats read back from CSVs and configs: matched at this many digits.
 LR_DIGITS = 10
@@ -35,15 +37,12 @@ def chosen_points(study: pd.DataFrame, lr_seed: int | None, widths: Sequence[int
     return chosen[keep].reset_index(drop=True)
 
 
-def plan(points: pd.DataFrame, seeds: Sequence[int]) -> list[tuple[StudyPoint, list[str]]]:
+def plan(points: pd.DataFrame, seeds: Sequence[int]) -> list[Task]:
     """One (StudyPoint, attentions) task per (width, short conv, lr, seed): every seed of each
     chosen point, the attentions that share a point trained by one train.py call."""
-    tasks: dict[StudyPoint, list[str]] = {}
-    for seed in seeds:
-        for row in points.itertuples():
-            point = StudyPoint(int(row.d_model), int(row.short_conv), float(row.lr), int(seed))
-            tasks.setdefault(point, []).append(row.attention)
-    return list(tasks.items())
+    return group_tasks((StudyPoint(int(row.d_model), int(row.short_conv), float(row.lr),
+                                   int(seed)), row.attention)
+                       for seed in seeds for row in points.itertuples())
 
 
 def _at_points(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
@@ -55,21 +54,25 @@ def _at_points(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
 def compare(study: pd.DataFrame, longer: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """Per point: median test accuracy, seeds that recalled and median best step in the study
     (`study` runs) and in the longer runs (`longer`), over the seeds both have; `gain_median`
-    is the median over those seeds of (longer - study) test accuracy."""
+    is the median over those seeds of (longer - study) test accuracy; then the
+    STATISTICS_COLUMNS of each budget, suffixed _study and _longer."""
     short = _at_points(study, points)
     long = _at_points(longer, points)
     paired = short.merge(long, on=KEY, suffixes=("_study", "_longer"))
     rows = []
     for key, group in paired.groupby([*GROUP, "lr"]):
+        stats = {side: point_statistics(group[f"test_acc_{side}"]) for side in ("study", "longer")}
         rows.append({
             **dict(zip([*GROUP, "lr"], key, strict=True)), "label": group["label_study"].iloc[0],
             "seeds": len(group),
             **{f"{what}_{side}": value for side in ("study", "longer") for what, value in (
                 ("max_steps", int(group[f"max_steps_{side}"].iloc[0])),
                 ("test_acc_median", group[f"test_acc_{side}"].median()),
-                ("recalled", int((group[f"test_acc_{side}"] >= RECALL_THRESHOLD).sum())),
+                ("recalled", stats[side]["successes"]),
                 ("best_step_median", group[f"best_step_{side}"].median()))},
             "gain_median": (group["test_acc_longer"] - group["test_acc_study"]).median(),
+            **{f"{column}_{side}": stats[side][column] for side in ("study", "longer")
+               for column in STATISTICS_COLUMNS},
         })
     return pd.DataFrame(rows)
 
@@ -103,7 +106,7 @@ def caption(table: pd.DataFrame, planned: int, done: int) -> str:
             f"acc 0.99 in both. The preset's lr schedule spans the longer budget (a cosine decay "
             f"reaches 0 at the new max_steps), so a longer run is not the study's run "
             f"continued. Each cell: median test accuracy (%) over seeds and (k/n) the seeds "
-            f"that reached {100 * RECALL_THRESHOLD:.0f}%; median gain: the median over seeds of "
+            f"that reached {100 * SUCCESS_THRESHOLD:.0f}%; median gain: the median over seeds of "
             f"the longer run's test accuracy minus the study's; best step: the median step of the "
             f"best validation accuracy.\n\n")
     if done < planned:

@@ -1,0 +1,7 @@
+"""Studies: a grid of training runs, the protocol its runs must share, a resumable runner and a
+report with success rates and intervals.
+
+study.py runs and reports any study (to-do list, resume-from CSV, provenance); preset.py reads a
+study preset's grid and protocol; runs.py reads the runs back; statistics.py holds the per-point
+statistics. state_size.py, step_budget.py and mixture.py declare the three MQAR studies.
+"""

@@ -1,0 +1,70 @@
+"""A study preset: its grid (the `study:` block) and its protocol (what every run shares).
+
+A study preset (conf/experiment/mqar_study_*.yaml) holds the training settings and a `study:`
+block with the grid: model widths, short-conv settings, learning rates, seeds, and `lr_seed`.
+Its protocol, the values of runs.PROTOCOL, is what an archived run must match to count as a run
+of the study (runs.load_archive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+
+from linarena.attention.variants import CONF_DIR
+from linarena.errors import ConfigError
+
+
+def study_presets(conf_dir: Path = CONF_DIR) -> list[str]:
+    """The study presets: conf/experiment/mqar_study_*.yaml."""
+    return sorted(path.stem for path in (conf_dir / "experiment").glob("mqar_study_*.yaml"))
+
+
+def _compose(preset: str, overrides: Sequence[str], conf_dir: Path) -> DictConfig:
+    """The config of `experiment=<preset>` with `overrides`; an unknown preset, or an override
+    Hydra cannot apply, is a ConfigError of one line (the study presets, Hydra's reason)."""
+    if not (conf_dir / "experiment" / f"{preset}.yaml").is_file():
+        raise ConfigError(f"--preset {preset}: no such preset (no {conf_dir}/experiment/"
+                          f"{preset}.yaml); the study presets: {', '.join(study_presets(conf_dir))}")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            return compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
+    except HydraException as error:
+        reason = " ".join(str(error).split())
+        raise ConfigError(f"experiment={preset} {' '.join(overrides)}: {reason}") from error
+
+
+def load_grid(preset: str, overrides: Sequence[str] = (),
+              conf_dir: Path = CONF_DIR) -> dict[str, Any]:
+    """The `study:` block of conf/experiment/<preset>.yaml, with `overrides` of it
+    (e.g. "study.widths=[16,32]"): widths, short_conv, lrs and seeds lists, and lr_seed (None:
+    every seed tries every lr)."""
+    cfg = _compose(preset, overrides, conf_dir)
+    if "study" not in cfg:
+        raise ValueError(f"experiment={preset} has no `study:` block (widths, short_conv, lrs, "
+                         "seeds); use a study preset such as mqar_study_cpu")
+    keys = ("widths", "short_conv", "lrs", "seeds")
+    grid: dict[str, Any] = {key: list(cfg.study.get(key) or []) for key in keys}
+    empty = [key for key in keys if not grid[key]]
+    if empty:
+        raise ValueError(f"experiment={preset}: study.{empty[0]} is empty; list at least one value")
+    grid["lr_seed"] = cfg.study.get("lr_seed")
+    if grid["lr_seed"] is not None and grid["lr_seed"] not in grid["seeds"]:
+        raise ValueError(f"experiment={preset}: study.lr_seed={grid['lr_seed']} is not one of "
+                         f"study.seeds {grid['seeds']}; pick one of them or null")
+    return grid
+
+
+def preset_protocol(preset: str, overrides: Sequence[str] = (),
+                    conf_dir: Path = CONF_DIR) -> dict[str, int]:
+    """The preset's value (with `overrides`) of each runs.PROTOCOL column: what an archived run
+    must match to count as a run of this study."""
+    cfg = _compose(preset, overrides, conf_dir)
+    return {"num_layers": cfg.model.num_layers, "max_steps": cfg.trainer.max_steps,
+            "vocab_size": cfg.data.vocab_size, "seq_len": cfg.data.max_length,
+            "num_pairs": cfg.data.num_pairs}

@@ -1,0 +1,71 @@
+"""The statistics every study reports per point (linarena.studies.statistics, issue #26): success
+rates with 95% Wilson intervals, Fisher's exact test, the median and range of test accuracy."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from linarena.studies.statistics import (
+    STATISTICS_COLUMNS,
+    fisher_exact,
+    point_statistics,
+    wilson_interval,
+)
+
+
+@pytest.mark.parametrize(("successes", "n", "low", "high"), [
+    (3, 3, 0.44, 1.00),    # 3 of 3 is compatible with a true rate of 0.44
+    (10, 10, 0.72, 1.00),
+    (5, 10, 0.24, 0.76),
+    (0, 3, 0.00, 0.56),
+])
+def test_wilson_interval_matches_the_issues_values(successes, n, low, high) -> None:
+    got = wilson_interval(successes, n)
+    assert got == pytest.approx((low, high), abs=5e-3)
+
+
+def test_wilson_interval_is_the_formula_and_stays_within_0_and_1() -> None:
+    z = 1.96
+    k, n = 2, 7
+    centre = (k + z ** 2 / 2) / (n + z ** 2)
+    half = z * math.sqrt(k * (n - k) / n + z ** 2 / 4) / (n + z ** 2)
+    assert wilson_interval(k, n) == pytest.approx((centre - half, centre + half), rel=1e-12)
+    for n in range(1, 12):
+        for k in range(n + 1):
+            low, high = wilson_interval(k, n)
+            assert 0.0 <= low <= k / n <= high <= 1.0
+    with pytest.raises(ValueError, match="4 of 3"):
+        wilson_interval(4, 3)
+
+
+# Two-sided p-values, summed by hand over the hypergeometric tables no more likely than the
+# observed one: 3/3 vs 0/3: 2 * 1/C(6,3) = 0.1; 10/10 vs 5/10: C(10,5)C(10,10) and the mirror
+# table C(10,10)C(10,5) over C(20,15) = 2 * 252 / 15504.
+@pytest.mark.parametrize(("a", "n_a", "b", "n_b", "p"), [
+    (3, 3, 0, 3, 0.1),
+    (10, 10, 5, 10, 2 * 252 / 15504),
+    (2, 3, 2, 3, 1.0),
+    (0, 5, 0, 5, 1.0),
+])
+def test_fisher_exact_against_hand_computed_tables(a, n_a, b, n_b, p) -> None:
+    assert fisher_exact(a, n_a, b, n_b) == pytest.approx(p, rel=1e-9)
+
+
+def test_fisher_exact_agrees_with_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for a, n_a, b, n_b in [(3, 3, 0, 3), (7, 10, 2, 10), (1, 3, 9, 10), (4, 9, 5, 6),
+                           (0, 10, 10, 10), (6, 12, 6, 12)]:
+        table = [[a, n_a - a], [b, n_b - b]]
+        expected = stats.fisher_exact(table, alternative="two-sided").pvalue
+        assert fisher_exact(a, n_a, b, n_b) == pytest.approx(expected, rel=1e-9)
+
+
+def test_point_statistics_count_a_diverged_seed_in_n_only() -> None:
+    stats = point_statistics(pd.Series([0.95, 0.12, float("nan"), 0.90]))
+    assert list(stats) == list(STATISTICS_COLUMNS)
+    assert (stats["n_seeds"], stats["successes"], stats["success_rate"]) == (4, 2, 0.5)
+    assert (stats["success_ci_low"], stats["success_ci_high"]) == wilson_interval(2, 4)
+    assert (stats["median_acc"], stats["min_acc"], stats["max_acc"]) == (0.90, 0.12, 0.95)
