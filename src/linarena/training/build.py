@@ -19,7 +19,6 @@ from linarena.errors import ConfigError
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_identity import StoreRunIdentity, run_identity
 from linarena.training.checkpoint_io import AtomicCheckpointIO
-from linarena.training.launch import resolve_precision
 from linarena.training.module import ClassificationModule
 from linarena.training.perf import PerfMonitor
 from linarena.training.signals import SaveOnSignal
@@ -107,10 +106,12 @@ def build_loggers(cfg: DictConfig) -> list[Logger]:
     return loggers
 
 
-def build_components(cfg: DictConfig, output_dir: Path, commit: str | None) -> Components:
+def build_components(
+    cfg: DictConfig, output_dir: Path, commit: str | None, precision: str
+) -> Components:
     """Build every object of a checked config's run (no data is loaded yet), and the run's
     identity (checkpoint_identity.run_identity, with the code's `commit`), which goes into every
-    checkpoint."""
+    checkpoint; `precision` is the one the launch checks resolved (launch.check_launch)."""
     seed_everything(cfg.seed, workers=True)
     datamodule = instantiate_group(cfg.data, "data")
     # Missing data that will not be downloaded or generated: said now, with the command that
@@ -138,7 +139,6 @@ def build_components(cfg: DictConfig, output_dir: Path, commit: str | None) -> C
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.get("enable_model_summary", True):
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
-    precision = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
     strategy = str(cfg.trainer.get("strategy", "auto"))
     # Sharded strategies (fsdp, deepspeed) bring their own checkpoint writers.
     plugins = [] if any(s in strategy for s in ("fsdp", "deepspeed")) else [AtomicCheckpointIO()]

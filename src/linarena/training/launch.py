@@ -68,12 +68,13 @@ def check_accelerator(trainer: DictConfig) -> None:
         )
 
 
-def check_launch(trainer: DictConfig) -> tuple[bool, str | None]:
-    """Every launch check for this job; returns hydra_context()."""
+def check_launch(trainer: DictConfig) -> str:
+    """Every launch check for this job (accelerator, DDP under the launcher); returns the
+    precision it trains with (resolve_precision)."""
     multirun, launcher = hydra_context()
     check_accelerator(trainer)
     check_ddp_launch(trainer, multirun, launcher)
-    return multirun, launcher
+    return resolve_precision(trainer.precision, str(trainer.accelerator))
 
 
 def check_ddp_launch(trainer: DictConfig, multirun: bool, launcher_target: str | None) -> None:

@@ -57,12 +57,12 @@ def train(cfg: DictConfig) -> float:
         log.info("Validating every %d steps (trainer.max_steps) instead of every %d: set "
                  "trainer.val_check_interval to choose.", cfg.trainer.max_steps, replaced)
     check_config(cfg)
-    check_launch(cfg.trainer)
+    precision = check_launch(cfg.trainer)
     check_memory(cfg, str(cfg.trainer.accelerator))
 
     # Build; a checkpoint to continue must have been written by this run.
     commit = code_version()
-    parts = build_components(cfg, output_dir, commit)
+    parts = build_components(cfg, output_dir, commit, precision)
     trainer = parts.trainer
     ckpt_path = None if resume is None else str(resume.checkpoint)
     history = []
