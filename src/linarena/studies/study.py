@@ -91,10 +91,12 @@ def pending(tasks: Iterable[Task], root: Path, archived: frozenset[str]) -> list
 
 def run_point(
     point: StudyPoint, preset: str, root: Path, attentions: Sequence[str], threads: int,
-    extra: Sequence[str] = (),
+    extra: Sequence[str] = (), env: Mapping[str, str] | None = None,
 ) -> str:
     """Train the unfinished attentions at `point` (one train.py -m call) unless another study
-    process holds it. Returns "done", "busy", "ok", "ok (a run diverged)" or "failed (...)"."""
+    process holds it; `env`: variables set for train.py beyond this process's (e.g. a CPU
+    kernel path, studies.cross_kernel). Returns "done", "busy", "ok", "ok (a run diverged)" or
+    "failed (...)"."""
     folder = root / point.folder_name
     try:
         with build_lock(folder, timeout=0):
@@ -104,10 +106,11 @@ def run_point(
             for name in todo:  # a killed run: start it again from scratch
                 shutil.rmtree(folder / name, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
-            env = os.environ | {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+            launch_env = (os.environ | {"OMP_NUM_THREADS": str(threads),
+                                        "MKL_NUM_THREADS": str(threads)} | dict(env or {}))
             with open(folder / "console.log", "a") as console:
                 code = subprocess.call([*point.command(preset, todo, root), *extra],
-                                       stdout=console, stderr=subprocess.STDOUT, env=env)
+                                       stdout=console, stderr=subprocess.STDOUT, env=launch_env)
             left = missing(point, root, attentions)
             if left:
                 return f"failed (exit {code}, missing {left})"
@@ -152,14 +155,15 @@ class Progress:
 
 
 def run_tasks(tasks: list[Task], preset: str, root: Path, jobs: int, threads: int,
-              extra: Sequence[str], counts: dict[str, int]) -> None:
-    """Train each (point, attentions) task, `jobs` at a time, printing one line per run and
-    counting each outcome of run_point into `counts`."""
+              extra: Sequence[str], counts: dict[str, int],
+              env: Mapping[str, str] | None = None) -> None:
+    """Train each (point, attentions) task, `jobs` at a time (with `env`, see run_point),
+    printing one line per run and counting each outcome of run_point into `counts`."""
     progress = Progress(sum(len(names) for _, names in tasks))
 
     def one(task: Task) -> None:
         point, names = task
-        outcome = run_point(point, preset, root, names, threads, extra)
+        outcome = run_point(point, preset, root, names, threads, extra, env)
         counts[outcome] = counts.get(outcome, 0) + 1
         progress.report(point, names, root, outcome)
 
