@@ -20,9 +20,16 @@ from linarena.training import ConfigError
 from linarena.training.config_checks import check_config
 
 
-def test_the_variants_are_the_files_of_conf_attention() -> None:
-    files = sorted(path.stem for path in (CONF / "attention").glob("*.yaml"))
-    assert sorted(VARIANTS) == files
+def test_the_variants_are_the_files_of_conf_attention(tmp_path: Path) -> None:
+    # A file added to (or removed from) a conf folder is a variant (or no longer one), with no
+    # other registration: checked on a copy, since comparing conf/attention with the function
+    # that globs it could not fail.
+    copy = tmp_path / "conf"
+    shutil.copytree(CONF / "attention", copy / "attention")
+    shutil.copy(copy / "attention" / "elu.yaml", copy / "attention" / "elu_copy.yaml")
+    (copy / "attention" / "cosformer.yaml").unlink()
+    names = variant_names(copy)
+    assert "elu_copy" in names and "cosformer" not in names and len(names) == len(VARIANTS)
     assert VARIANTS[0] == "softmax" and not is_linear("softmax")  # the exact baseline first
     assert {"elu", "performer", "cosformer", "taylor"} <= set(LINEAR_VARIANTS)
     assert label("cosformer") == "cosFormer" and label("elu") == "elu+1"
