@@ -64,3 +64,12 @@ def code_version() -> str | None:
     (docs/results/ aside); None outside a checkout."""
     commit, dirty = current_commit()
     return None if commit is None else commit + ("-dirty" if dirty else "")
+
+
+def human_bytes(n_bytes: float) -> str:
+    """A byte count for people: 512 B, 3.4 GB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n_bytes < 1000:
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.1f} TB"

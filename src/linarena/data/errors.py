@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from linarena.errors import DataError
+from linarena.system import human_bytes
 
 # Characters of a file's content quoted in a message, at most.
 EXCERPT_CHARS = 60
@@ -49,15 +50,6 @@ DATA_DIR_ERRNOS = (
 )
 
 
-def _size(n_bytes: float) -> str:
-    """A byte count for people: 512 B, 3.4 GB."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if n_bytes < 1000:
-            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1000
-    return f"{n_bytes:.1f} TB"
-
-
 def data_dir_error(error: OSError, task: str, data_dir: Path) -> DataDirError:
     """One paragraph for an OSError of DATA_DIR_ERRNOS met while building the data of
     data=`task` under `data_dir`: which folder, what is wrong with it, what to do.
@@ -71,7 +63,7 @@ def data_dir_error(error: OSError, task: str, data_dir: Path) -> DataDirError:
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     elsewhere = "set paths.data_dir (or LINARENA_DATA_DIR) to another, writable folder."
     if error.errno in FULL_DISK_ERRNOS:
-        free = _size(shutil.disk_usage(existing).free)
+        free = human_bytes(shutil.disk_usage(existing).free)
         return DataDirError(
             f"Cannot write the data of data={task} in {folder}: no space left on the device (or "
             f"over quota), {free} free on the disk of {existing}. Free some space there, or "

@@ -29,11 +29,12 @@ TRAINER_KEYS = ("max_steps", "val_check_interval")
 MACHINE_KEYS = ("data.data_dir", "data.num_workers", "data.generator_workers")
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as {dotted key: leaf}; an empty dict is a leaf."""
     if isinstance(node, dict) and node:
         flat: dict[str, Any] = {}
         for key, value in node.items():
-            flat |= _flatten(value, f"{prefix}.{key}" if prefix else str(key))
+            flat |= flatten(value, f"{prefix}.{key}" if prefix else str(key))
         return flat
     return {prefix: node}
 
@@ -44,7 +45,7 @@ def run_identity(cfg: DictConfig, code_version: str | None) -> dict[str, Any]:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     picked = {key: resolved.get(key) for key in IDENTITY_NODES}
     picked["trainer"] = {key: resolved.get("trainer", {}).get(key) for key in TRAINER_KEYS}
-    flat = {k: v for k, v in _flatten(picked).items() if k not in MACHINE_KEYS}
+    flat = {k: v for k, v in flatten(picked).items() if k not in MACHINE_KEYS}
     return {**flat, "code_version": code_version}
 
 

@@ -8,6 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
+from linarena.system import human_bytes
+
 # Variables read as settings, for which empty means unset, as in most shells' idiom
 # `VAR= command`: wandb rejects an empty WANDB_MODE; an empty LINARENA_DATA_DIR or LINARENA_ROOT
 # would put data and outputs in the current folder or at the file system's root.
@@ -21,18 +23,10 @@ def normalise_environment() -> None:
             del os.environ[name]
 
 
-def _size(n_bytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n_bytes < 1000:
-            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1000
-    return f"{n_bytes:.1f} TB"
-
-
 def free_space(folder: Path) -> str:
     """Free space on the filesystem of `folder` (or of its nearest existing parent)."""
     existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
-    return _size(shutil.disk_usage(existing).free)
+    return human_bytes(shutil.disk_usage(existing).free)
 
 
 def os_error_message(err: OSError, needed_bytes: int | None = None) -> str:
@@ -41,7 +35,7 @@ def os_error_message(err: OSError, needed_bytes: int | None = None) -> str:
     folder = (path.parent if path is not None and not path.is_dir() else path) or Path.cwd()
     where = f"writing {path}" if path is not None else "writing a file"
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        need = f"about {_size(needed_bytes)} was needed, " if needed_bytes else ""
+        need = f"about {human_bytes(needed_bytes)} was needed, " if needed_bytes else ""
         return (
             f"No space left on the device (or over quota) while {where}: {need}"
             f"{free_space(folder)} is free in {folder}. Free some space there, or point the run "

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from linarena.errors import CheckpointError, ConfigError, ResumeError
 from linarena.files import write_text_atomic
 from linarena.training.checkpoint_guard import non_finite_names
-from linarena.training.checkpoint_identity import check_identity
+from linarena.training.checkpoint_identity import check_identity, flatten
 
 HISTORY_FILE = "resume_history.yaml"
 # Settings a resumed run may change (a key or a whole node): training length, learning rate and
@@ -134,15 +134,6 @@ def clean_checkpoint_step(path: Path) -> int | None:
     return int(checkpoint["global_step"])
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict) and node:
-        flat: dict[str, Any] = {}
-        for key, value in node.items():
-            flat |= _flatten(value, f"{prefix}.{key}" if prefix else str(key))
-        return flat
-    return {prefix: node}
-
-
 def _mutable_prefix(key: str) -> str | None:
     return next((m for m in MUTABLE if key == m or key.startswith(m + ".")), None)
 
@@ -155,8 +146,8 @@ def config_changes(
     extra = [o for o in given if o not in original]
     before = compose(config_name=config_name, overrides=original)
     after = compose(config_name=config_name, overrides=[*original, *extra])
-    flat_before = _flatten(OmegaConf.to_container(before, resolve=False))
-    flat_after = _flatten(OmegaConf.to_container(after, resolve=False))
+    flat_before = flatten(OmegaConf.to_container(before, resolve=False))
+    flat_after = flatten(OmegaConf.to_container(after, resolve=False))
     return {
         key: (flat_before.get(key, _ABSENT), flat_after.get(key, _ABSENT))
         for key in sorted(flat_before.keys() | flat_after.keys())
