@@ -12,7 +12,7 @@ class CosformerAttention(LinearAttention):
 
     Args:
         max_length: M in causal mode (required there); ignored when bidirectional.
-        head_dim, causal, eps, chunk_size: see LinearAttention.
+        head_dim, causal, eps, chunk_size, backend: see LinearAttention.
     """
 
     def __init__(
@@ -22,9 +22,10 @@ class CosformerAttention(LinearAttention):
         max_length: int | None = None,
         eps: float = 1e-6,
         chunk_size: int = 64,
+        backend: str = "auto",
     ) -> None:
         super().__init__(head_dim, causal, feature_map=CosformerFeatures(max_length), eps=eps,
-                         chunk_size=chunk_size)
+                         chunk_size=chunk_size, backend=backend)
 
     @property
     def max_length(self) -> int | None:

@@ -9,11 +9,12 @@ from linarena.attention.maps.elu import EluFeatures
 class EluAttention(LinearAttention):
     """LinearAttention with phi(x) = elu(x) + 1 applied to the raw q and k (EluFeatures).
 
-    Args: head_dim, causal, eps, chunk_size: see LinearAttention.
+    Args: head_dim, causal, eps, chunk_size, backend: see LinearAttention.
     """
 
     def __init__(
-        self, head_dim: int, causal: bool = False, eps: float = 1e-6, chunk_size: int = 64
+        self, head_dim: int, causal: bool = False, eps: float = 1e-6, chunk_size: int = 64,
+        backend: str = "auto",
     ) -> None:
         super().__init__(head_dim, causal, feature_map=EluFeatures(), eps=eps,
-                         chunk_size=chunk_size)
+                         chunk_size=chunk_size, backend=backend)

@@ -10,9 +10,9 @@ A map turns q or k of shape (batch, heads, n, head_dim) into features phi of sha
         def forward(self, x: Tensor) -> Tensor:
             return torch.relu(x) ** 2
 
-LinearAttention computes the features of a call once (attention/features.py) and hands them to
-a kernel (attention/kernels/), which supplies the rest: padding, causal masking, chunking, the
-recurrent step, float32 state under autocast, torch.compile, and gradients. Maps that need more
+The kernels (attention/kernels/) apply the map chunk by chunk (attention/features.py) and supply
+the rest: padding, causal masking, chunking, the recurrent step, float32 state under autocast,
+torch.compile, and gradients (recomputing phi per chunk in the backward pass). Maps that need more
 override the optional methods below; every one has a default that a plain map never needs to
 touch.
 """
@@ -28,8 +28,8 @@ from torch import Tensor, nn
 # meaning the true feature vector is phi * exp(log_scale) (see FeatureMap.features).
 FeatureOutput = tuple[Tensor, Tensor | None]
 # Analytic backward (x, positions, phi, grad_phi, grad_log_scale) -> d loss / d x: may overwrite
-# grad_phi but never phi (the kernel's backward reads it too); grad_log_scale is None for a map
-# without a log-scale.
+# grad_phi and phi (the kernels call it once they are done with both); grad_log_scale is None
+# for a map without a log-scale, or where the loss does not depend on it.
 FeatureVjp = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor | None], Tensor]
 
 
@@ -42,6 +42,11 @@ class FeatureMap(nn.Module):
     `feature_map` config once for all the layers a `_partial_` attention config makes: the copy
     is what keeps them apart.)
     """
+
+    # Whether features() takes a keyword `out`: a (batch, heads, n, num_features) buffer to
+    # write phi into (the kernels reuse one from chunk to chunk when nothing needs phi's
+    # autograd graph; see attention/buffers.py). A speed-up only.
+    writes_into = False
 
     def num_features(self, head_dim: int) -> int:
         """Width of phi for q, k of `head_dim` dimensions."""
@@ -69,7 +74,9 @@ class FeatureMap(nn.Module):
 
     def vjp(self, context: Any) -> FeatureVjp | None:
         """The analytic backward of `features` for this call (see FeatureVjp), or None to
-        differentiate through the map with autograd. A speed-up only."""
+        differentiate the map with torch.func.vjp (linarena.attention.features). A speed-up
+        only; a map with trainable parameters is always differentiated by torch.func, since a
+        vjp gives d loss / d x alone."""
         return None
 
     def check_length(self, length: int) -> None:

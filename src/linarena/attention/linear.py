@@ -1,6 +1,6 @@
 """LinearAttention: one module for every kernelised variant, composed of a FeatureMap (the
-variant) and a kernel backend (the algorithm, attention/kernels/). The module computes the
-features of a call once (attention/features.py) and hands them to the kernel."""
+variant) and the kernels (the algorithm, attention/kernels/), which apply the map chunk by chunk
+(attention/features.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from linarena.attention.backends import check_backend
 from linarena.attention.feature_map import FeatureMap
-from linarena.attention.features import compute_features
-from linarena.attention.kernels import LinearAttentionState, get_backend
+from linarena.attention.features import ChunkFeatures
+from linarena.attention.kernels import TORCH, LinearAttentionState
 from linarena.attention.recurrent.output_norm import OutputNorm
 from linarena.attention.validation import (
     check_attention_inputs,
@@ -38,8 +39,9 @@ class LinearAttention(nn.Module):
             for maps whose features never all vanish.
         chunk_size: tokens per chunk of the causal algorithm (exact attention inside a chunk,
             a carried state across chunks).
-        backend: the kernels (see linarena.attention.kernels.BACKENDS); "torch" is the
-            reference implementation.
+        backend: "auto" or "torch": linarena's chunked kernels (attention/kernels/) on every
+            device; "fla" is refused, fla-core has no kernel for feature maps (see
+            linarena.attention.backends).
         output_norm: "denominator" (the division above, only) or "rms" / "group": that
             division, then an RMS or group norm of each head's output, as the gated variants
             use (linarena.attention.recurrent.output_norm).
@@ -53,7 +55,7 @@ class LinearAttention(nn.Module):
         feature_map: FeatureMap,
         eps: float = 1e-6,
         chunk_size: int = 64,
-        backend: str = "torch",
+        backend: str = "auto",
         output_norm: str = "denominator",
     ) -> None:
         super().__init__()
@@ -70,7 +72,12 @@ class LinearAttention(nn.Module):
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
         if eps < 0:
             raise ValueError(f"eps must be >= 0, got {eps}.")
-        self.kernels = get_backend(backend)
+        check_backend(backend, type(self).__name__, causal,
+                      "fla-core has no kernel for feature-map attention (linarena's chunked "
+                      "kernels run it on every device)")
+        self.backend = backend
+        self.backend_used: str | None = None  # "torch" once called (see backends.py)
+        self.kernels = TORCH
         self.head_dim = head_dim
         self.causal = causal
         self.eps = eps
@@ -106,6 +113,7 @@ class LinearAttention(nn.Module):
             self._check_state(initial_state, q, v, dtype)
         start = 0 if initial_state is None else initial_state.position
         self.feature_map.check_length(start + length)
+        self.backend_used = "torch"
         if length == 0:  # nothing to compute; the kernels and some maps need a token
             return self._no_tokens(q, v, dtype, initial_state, return_state)
         out_dtype = v.dtype
@@ -113,14 +121,13 @@ class LinearAttention(nn.Module):
             context = self.feature_map.context(mask, batch, start + length, q.device)
             q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
             positions = torch.arange(start, start + length, device=q.device)
-            (phi_q, lq), (phi_k, lk) = self._features(q, k, positions, context)
+            features = ChunkFeatures(self.feature_map, context, positions)
             if self.causal:
-                state = self._zero_state(phi_q, v) if initial_state is None else initial_state
-                out, state = self.kernels.causal(
-                    phi_q, phi_k, v, lq, lk, mask, self.eps, self.chunk_size, state
-                )
+                state = self._zero_state(q, v) if initial_state is None else initial_state
+                out, state = self.kernels.causal(q, k, v, mask, features, self.eps,
+                                                 self.chunk_size, state)
             else:
-                out = self.kernels.bidirectional(phi_q, phi_k, v, lq, lk, mask, self.eps)
+                out = self.kernels.bidirectional(q, k, v, mask, features, self.eps)
             out = self.output_norm(out)
         if return_state:
             return out.to(out_dtype), state
@@ -158,10 +165,10 @@ class LinearAttention(nn.Module):
             context = self.feature_map.context(None, q.shape[0], position + 1, q.device)
             q, k, v = (x.to(dtype)[:, :, None] for x in (q, k, v))
             positions = torch.arange(position, position + 1, device=q.device)
-            (phi_q, lq), (phi_k, lk) = self._features(q, k, positions, context)
+            features = ChunkFeatures(self.feature_map, context, positions)
             if state is None:
-                state = self._zero_state(phi_q, v)
-            out, state = self.kernels.step(phi_q, phi_k, v, lq, lk, state, self.eps)
+                state = self._zero_state(q, v)
+            out, state = self.kernels.step(q, k, v, features, state, self.eps)
             out = self.output_norm(out)
         return out[:, :, 0].to(out_dtype), state
 
@@ -175,22 +182,16 @@ class LinearAttention(nn.Module):
         if not return_state:
             return out
         if initial_state is None:
-            num_features = self.feature_map.num_features(self.head_dim)
-            initial_state = LinearAttentionState.zeros(q.to(dtype), num_features, v.shape[-1],
-                                                       self._state_key())
+            initial_state = self._zero_state(q.to(dtype), v)
         return out, initial_state
-
-    def _features(self, q: Tensor, k: Tensor, positions: Tensor, context) -> tuple:
-        """((phi_q, query log-scale), (phi_k, key log-scale)), each computed once."""
-        vjp = self.feature_map.vjp(context)
-        return (compute_features(self.feature_map, q, positions, context, True, vjp),
-                compute_features(self.feature_map, k, positions, context, False, vjp))
 
     def _state_key(self) -> str:
         return f"{self.feature_map.state_key()} at head_dim={self.head_dim}"
 
-    def _zero_state(self, phi: Tensor, v: Tensor) -> LinearAttentionState:
-        return LinearAttentionState.zeros(phi, phi.shape[-1], v.shape[-1], self._state_key())
+    def _zero_state(self, like: Tensor, v: Tensor) -> LinearAttentionState:
+        """The state before any token, for a batch shaped like `like` (batch, heads, ...)."""
+        num_features = self.feature_map.num_features(self.head_dim)
+        return LinearAttentionState.zeros(like, num_features, v.shape[-1], self._state_key())
 
     def _check_state(self, state: LinearAttentionState, q: Tensor, v: Tensor,
                      dtype: torch.dtype) -> None:

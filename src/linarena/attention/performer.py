@@ -24,7 +24,7 @@ class PerformerAttention(LinearAttention):
             to 0 gets output 0 (see kernels/common.py), and any fixed eps biases the estimator
             at large |q|, where its normalisers fall far below any fixed eps (1e-77 at
             |q| = 24, d = 16).
-        head_dim, causal, chunk_size: see LinearAttention.
+        head_dim, causal, chunk_size, backend: see LinearAttention.
     """
 
     def __init__(
@@ -37,9 +37,11 @@ class PerformerAttention(LinearAttention):
         seed: int | None = None,
         eps: float = 0.0,
         chunk_size: int = 64,
+        backend: str = "auto",
     ) -> None:
         features = PerformerFeatures(num_features, kernel, redraw_interval, seed)
-        super().__init__(head_dim, causal, feature_map=features, eps=eps, chunk_size=chunk_size)
+        super().__init__(head_dim, causal, feature_map=features, eps=eps, chunk_size=chunk_size,
+                         backend=backend)
         self.register_load_state_dict_pre_hook(_rename_pre_feature_map_keys)
 
     @property

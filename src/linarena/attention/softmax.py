@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from linarena.attention.backends import check_backend
 from linarena.attention.validation import (
     check_attention_inputs,
     check_head_dim,
@@ -22,11 +23,20 @@ class SoftmaxAttention(nn.Module):
         causal: position i attends to positions <= i only.
         dropout: dropout probability on the attention weights (after the softmax, as in LRA),
             in training mode only.
+        backend: "auto" or "torch", which are the same here: PyTorch's fused kernels on every
+            device (the flash or memory-efficient ones on CUDA). "fla" is refused: fla-core has
+            no softmax kernel, and running SDPA under that name would make a run's record lie.
     """
 
-    def __init__(self, head_dim: int, causal: bool = False, dropout: float = 0.0) -> None:
+    def __init__(self, head_dim: int, causal: bool = False, dropout: float = 0.0,
+                 backend: str = "auto") -> None:
         super().__init__()
         check_head_dim(head_dim, type(self).__name__)
+        check_backend(backend, type(self).__name__, causal,
+                      "softmax always runs PyTorch's scaled_dot_product_attention (flash or "
+                      "memory-efficient kernels on CUDA), fla-core has no kernel for it")
+        self.backend = backend
+        self.backend_used: str | None = None  # "torch" once called (see backends.py)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"attention dropout must be in [0, 1), got {dropout}.")
         self.head_dim = head_dim
@@ -41,6 +51,7 @@ class SoftmaxAttention(nn.Module):
         check_attention_inputs(q, k, v, mask, self.head_dim, type(self).__name__)
         if self.causal and mask is not None:
             check_right_padded(mask, type(self).__name__)
+        self.backend_used = "torch"
         dropout_p = self.dropout if self.training else 0.0
         # torch.where, not a product (0 * NaN is NaN); a padded query too, or its NaN would
         # reach the keys' and values' gradients through the backward pass.

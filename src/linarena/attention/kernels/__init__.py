@@ -1,15 +1,15 @@
-"""Linear-attention kernels: the algorithm, on features a FeatureMap computed once, in three
-forms.
+"""Linear-attention kernels: the algorithm, for any FeatureMap, in three forms.
 
-A backend is a set of three functions with the signatures of the PyTorch ones:
-  - bidirectional(phi_q, phi_k, v, query_log_scale, key_log_scale, mask, eps) -> out
-  - causal(phi_q, phi_k, v, query_log_scale, key_log_scale, mask, eps, chunk_size, state)
-    -> (out, state)
-  - step(phi_q, phi_k, v, query_log_scale, key_log_scale, state, eps) -> (out, state)
-They never call the map: a fused kernel takes the same tensors. LinearAttention picks one by
-name (its `backend` argument). "torch" (bidirectional.py, chunked_causal.py, recurrent.py) is
-the reference every other backend is tested against; a fused GPU backend is one more file here
-and one entry in BACKENDS.
+A set of kernels is three functions with the signatures of the PyTorch ones:
+  - bidirectional(q, k, v, mask, features, eps) -> out
+  - causal(q, k, v, mask, features, eps, chunk_size, state) -> (out, state)
+  - step(q, k, v, features, state, eps) -> (out, state)
+`features` (linarena.attention.features.ChunkFeatures) is the layer's map bound to the call: the
+kernels apply it chunk by chunk, where phi stays in cache, and recompute it in their backward
+passes. TORCH (bidirectional.py, chunked_causal.py, recurrent.py) is the only set and the
+reference any other would be tested against, with tests/conftest.py's quadratic_reference as
+the short naive reference of all three. (fla-core has no kernel for feature maps; see
+linarena.attention.backends.)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from linarena.attention.kernels.recurrent import recurrent_step
 
 
 @dataclass(frozen=True)
-class Backend:
+class Kernels:
     """The three kernels of one implementation."""
 
     bidirectional: Callable
@@ -32,14 +32,6 @@ class Backend:
     step: Callable
 
 
-BACKENDS = {"torch": Backend(bidirectional, chunked_causal, recurrent_step)}
+TORCH = Kernels(bidirectional, chunked_causal, recurrent_step)
 
-
-def get_backend(name: str) -> Backend:
-    """The backend called `name`; a clear error for an unknown one."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown linear-attention backend {name!r}; valid: {sorted(BACKENDS)}.")
-    return BACKENDS[name]
-
-
-__all__ = ["BACKENDS", "Backend", "LinearAttentionState", "get_backend"]
+__all__ = ["TORCH", "Kernels", "LinearAttentionState"]

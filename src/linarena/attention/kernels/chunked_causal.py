@@ -1,174 +1,257 @@
-"""Causal linear attention by chunks, on features (notation in common.py)."""
+"""Causal linear attention by chunks (notation in common.py), with the feature map applied per
+block of chunks and a hand-written backward that recomputes it.
+
+Inside a chunk of C tokens (chunk_size) attention is exact and quadratic; across chunks the
+state [S | z] (m, d_v + 1) of all earlier keys is carried, as in the recurrence. The chunks are
+processed a block of K at a time (half of CHUNK_FLOATS features, common.py), each block in a
+fixed number of batched ops:
+    scores = (phi(q) phi(k)^T) * gate            (b, h, K, C, C), causal inside each chunk
+    A_c    = phi(k_c)^T (w_c [v_c, 1])           the keys of chunk c, (b, h, K, m, d_v + 1)
+    S_c    = sum_{c' < c} D_cc' A_c' + s_c S_in  the state before each chunk and after the block
+    [num | den] = scores @ [v, 1] + (phi(q) S_c) * past
+so the op count, which sets the cost on a few cores, grows with the number of blocks rather
+than of chunks, and every intermediate is the size of a block (cache). The backward pass keeps nothing of the
+sequence's length but the output, its denominators and each block's incoming state: it
+recomputes phi and the rest of a block, then runs the same ops' derivatives.
+
+Keys with log-scales (Performer) are weighted by exp(log_scale - stabiliser): query i's
+stabiliser is the running maximum of the key log-scales up to i, the state's before chunk c
+the maximum over the keys before it (`tops`), so every exponent is <= 0 and
+D_cc' = exp(tops_{c'+1} - tops_c), s_c = exp(top_in - tops_c), past_i = exp(tops_c - running_i),
+w_j = exp(log_scale_j - tops_{c+1}). Without log-scales all of them are 1 (w: the mask), and
+their multiplications are skipped.
+"""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from linarena.attention.buffers import write_into
+from linarena.attention.features import ChunkFeatures, ParamGrads, Pullback
 from linarena.attention.kernels.common import (
     LinearAttentionState,
+    add_product,
+    eps_slope,
     eps_term,
-    lowest,
     masked_log_scale,
+    plain_weights,
+    tokens_per_chunk,
 )
 
 
-def _values(v: Tensor) -> Tensor:
-    """[v, 1]: (batch, heads, c, d_v + 1), so that one matmul gives numerator and denominator."""
-    return torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
+def _blocks(length: int, size: int, per_block: int) -> list[tuple[int, int, int]]:
+    """(start, end, chunk length) of each block: whole chunks of `size` tokens, at most
+    `per_block` tokens (a multiple of size); a last partial chunk is a block of its own."""
+    whole = length - length % size
+    blocks = [(lo, min(lo + per_block, whole), size) for lo in range(0, whole, per_block)]
+    return blocks + ([(whole, length, length - whole)] if whole < length else [])
 
 
-def _chunks(length: int, size: int) -> list[tuple[int, int, int]]:
-    """(start, end, width) of each chunk of `size` tokens, the last one possibly shorter."""
-    return [(lo, min(lo + size, length), min(size, length - lo)) for lo in range(0, length, size)]
+class _Block(NamedTuple):
+    """One block's features and weights; shapes (b, h, K, C, .) unless said."""
+
+    phi_q: Tensor
+    phi_k: Tensor
+    values: Tensor  # [w v, w] (w: the mask) without log-scales, [v, 1] with
+    key_values: Tensor  # values * w, w relative to the end of the key's chunk
+    key_weights: Tensor | None  # (b, h, K, C, 1), with log-scales
+    gate: Tensor | None  # (b, h, K, C, C) causal and stabilised, with log-scales
+    past: Tensor | None  # (b, h, K, C, 1), with log-scales
+    decay: Tensor  # D: (b, h, K, K), or (K, K) without log-scales
+    start_scale: Tensor | None  # s: (b, h, K), with log-scales
+    last_decay: Tensor | None  # (b, h, 1, 1): from the last chunk's state to the block's end
+    eps_t: Tensor | float  # eps_term's value, (b, h, K, C) or a number
+    eps_slope: Tensor | None  # its derivative by the query log-scale, or None
+    top: Tensor  # (b, h): the stabiliser after the block
+    pullbacks: tuple[Pullback, Pullback] | None  # of phi(q), phi(k), when recomputed
+
+
+def _block(features: ChunkFeatures, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+           bounds: tuple[int, int, int], top: Tensor, eps: float, recompute: bool) -> _Block:
+    """Everything of the block `bounds` that does not depend on the carried state; `top` (b, h)
+    is the stabiliser of the incoming state."""
+    lo, hi, size = bounds
+    count = (hi - lo) // size
+    if recompute:
+        phi_q, query_log_scale, pull_q = features.recompute(q[:, :, lo:hi], lo, hi, True, "q")
+        phi_k, key_log_scale, pull_k = features.recompute(k[:, :, lo:hi], lo, hi, False, "k")
+        pullbacks = (pull_q, pull_k)
+    else:
+        phi_q, query_log_scale = features(q[:, :, lo:hi], lo, hi, True, "q")
+        phi_k, key_log_scale = features(k[:, :, lo:hi], lo, hi, False, "k")
+        pullbacks = None
+    chunks = (phi_q.unflatten(2, (count, size)), phi_k.unflatten(2, (count, size)))
+    if query_log_scale is not None:
+        query_log_scale = query_log_scale.unflatten(2, (count, size))
+    mask_c = None if mask is None else mask[:, lo:hi]
+    values = F.pad(v[:, :, lo:hi], (0, 1), value=1.0).unflatten(2, (count, size))
+    if key_log_scale is None:
+        weights = plain_weights(mask_c, v.dtype)
+        if weights is not None:
+            values.mul_(weights.unflatten(2, (count, size))[..., None])
+        eps_t = eps_term(eps, query_log_scale, None, v)
+        earlier = torch.ones(count, count, dtype=v.dtype, device=v.device).tril_(-1)
+        return _Block(*chunks, values, values, None, None, None, earlier, None, None,
+                      eps_t, eps_slope(eps_t, query_log_scale, v), top, pullbacks)
+    log_scale = masked_log_scale(key_log_scale, mask_c).unflatten(2, (count, size))
+    maxima = log_scale.detach().amax(dim=-1)
+    tops = torch.cummax(torch.cat([top[..., None], maxima], dim=-1), dim=-1).values
+    running = torch.maximum(torch.cummax(log_scale.detach(), dim=-1).values, tops[..., :-1, None])
+    # (b, h, K, C, C): exp(lk_j - running_i), 0 for a later key (an overflow there is cut too).
+    gate = (log_scale[..., None, :] - running[..., :, None]).exp_().tril_()
+    key_weights = torch.exp(log_scale - tops[..., 1:, None])[..., None]
+    past = torch.exp(tops[..., :-1, None] - running)[..., None]
+    # [c, c'] = exp(tops_{c'+1} - tops_c) for c' < c, else 0 (an overflow there is cut too).
+    decay = (tops[..., None, 1:] - tops[..., :-1, None]).exp_().tril_(-1)
+    start_scale = torch.exp(top[..., None] - tops[..., :-1])
+    last_decay = torch.exp(tops[..., -2] - tops[..., -1])[..., None, None]
+    eps_t = eps_term(eps, query_log_scale, running, v)
+    return _Block(*chunks, values, values * key_weights, key_weights, gate, past, decay,
+                  start_scale, last_decay, eps_t, eps_slope(eps_t, query_log_scale, v),
+                  tops[..., -1], pullbacks)
+
+
+def _rows(x: Tensor, bounds: tuple[int, int, int]) -> Tensor:
+    """The block's rows of a (b, h, n, ...) tensor as chunks (b, h, K, C, ...): a view."""
+    lo, hi, size = bounds
+    return x[:, :, lo:hi].unflatten(2, (-1, size))
+
+
+def _scores(block: _Block) -> Tensor:
+    """(phi(q) phi(k)^T) * gate inside each chunk: (b, h, K, C, C)."""
+    scores = block.phi_q @ block.phi_k.transpose(-1, -2)
+    return scores.tril_() if block.gate is None else scores.mul_(block.gate)
+
+
+def _states(block: _Block, start: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A (b, h, K, m, d_v + 1), the states before each chunk (same shape) and the state after
+    the block (b, h, m, d_v + 1), from the incoming state `start` (b, h, m, d_v + 1)."""
+    added = block.phi_k.transpose(-1, -2) @ block.key_values
+    states = (block.decay @ added.flatten(-2)).view_as(added)
+    if block.start_scale is None:
+        states.add_(start[:, :, None])
+        return added, states, states[:, :, -1] + added[:, :, -1]
+    states.addcmul_(start[:, :, None], block.start_scale[..., None, None])
+    return added, states, torch.addcmul(added[:, :, -1], states[:, :, -1], block.last_decay)
 
 
 class _ChunkedCausal(torch.autograd.Function):
-    """See chunked_causal(). The backward is the forward's scan run in reverse, with the
-    gradient of the carried state carried backwards; each chunk's gradients are written into
-    one full-length buffer, where autograd would keep every chunk's and concatenate them.
-
-    Inputs: phi_q, phi_k (b, h, n, m); v (b, h, n, d_v); log_scale (b, h, n), the keys'
-    log-scales with padded keys at the lowest float (0 for a map without log-scales); start
-    (b, h, m, d_v + 1), the incoming [S | z]; running (b, h, n), each query's stabiliser; tops
-    (b, h, K + 1), the state's stabiliser before each chunk and after the last; eps_t, eps_term's
-    value for each query; size, the chunk size C; weighted, whether keys carry weights
-    (log-scales or padding): without, every weight and stabiliser factor is exactly 1 and its
-    multiplication is skipped. Returns out (b, h, n, d_v) and the outgoing [S | z].
-    """
+    """See chunked_causal(). Inputs: q, k, v, mask; start (b, h, m, d_v + 1), the incoming
+    [S | z], and top (b, h), its stabiliser; the features; eps; the chunk length; then the
+    map's trainable parameters. Returns out (b, h, n, d_v), the outgoing [S | z] and its
+    stabiliser."""
 
     @staticmethod
-    def forward(ctx, phi_q, phi_k, v, log_scale, start, running, tops, eps_t, size, weighted):
-        batch, heads, length, _ = phi_q.shape
-        later = torch.ones(size, size, dtype=torch.bool, device=v.device).triu(1)
-        values_all = _values(v)
-        out = v.new_empty(batch, heads, length, v.shape[-1])
-        den = v.new_empty(batch, heads, length)
-        # Row i of chunk c's (C, C) gate and score matrices is row lo + i here.
-        gates, scores = (v.new_empty(batch, heads, length, size) for _ in range(2))
-        states = []
+    def forward(ctx, q, k, v, mask, start, top, features, eps, size, *params):
+        # Half a bidirectional chunk's budget: a block keeps about twice as many tensors of its
+        # size alive (measured: 1.1x faster than the whole budget at 16K tokens, 2 cores).
+        per_block = tokens_per_chunk(q, features.num_features(q.shape[-1]), size, 2)
+        blocks = _blocks(q.shape[2], size, per_block)
+        out, den = torch.empty_like(v), v.new_empty(v.shape[:-1])
+        starts, tops = [], []
         state = start
-        for c, (lo, hi, width) in enumerate(_chunks(length, size)):
-            phi_q_c, phi_k_c, lk, run = (x[:, :, lo:hi] for x in (phi_q, phi_k, log_scale, running))
-            values = values_all[:, :, lo:hi]
-            gap = lk[..., None, :] - run[..., :, None]
-            gap = gap.masked_fill(later[:width, :width], -torch.inf)
-            gate = torch.exp(gap)
-            score = (phi_q_c @ phi_k_c.transpose(-1, -2)) * gate
-            gates[:, :, lo:hi, :width], scores[:, :, lo:hi, :width] = gate, score
-            from_state = phi_q_c @ state
-            if weighted:
-                from_state = from_state * torch.exp(tops[..., c, None] - run)[..., None]
-            num_den = score @ values + from_state
-            den_c = num_den[..., -1] + (eps_t[:, :, lo:hi] if isinstance(eps_t, Tensor) else eps_t)
-            den_c = torch.where(den_c == 0, 1.0, den_c)  # every term 0: num too, the output 0
-            out[:, :, lo:hi] = num_den[..., :-1] / den_c[..., None]
-            den[:, :, lo:hi] = den_c
-            states.append(state)
-            if weighted:
-                weights = torch.exp(lk - tops[..., c + 1, None])  # relative to the chunk's end
-                values = values * weights[..., None]
-                state = state * torch.exp(tops[..., c] - tops[..., c + 1])[..., None, None]
-            state = state + phi_k_c.transpose(-1, -2) @ values
-        ctx.save_for_backward(phi_q, phi_k, values_all, log_scale, running, tops, den, out,
-                              torch.stack(states), gates, scores)
-        ctx.size, ctx.eps_is_tensor, ctx.weighted = size, isinstance(eps_t, Tensor), weighted
-        return out, state
+        for bounds in blocks:
+            block = _block(features, q, k, v, mask, bounds, top, eps, recompute=False)
+            starts.append(state)
+            tops.append(top)
+            _, states, state = _states(block, state)
+            num_den = _scores(block) @ block.values
+            if block.past is None:
+                add_product(num_den, block.phi_q, states)
+            else:
+                num_den.add_((block.phi_q @ states).mul_(block.past))
+            den_c = write_into(_rows(den, bounds), torch.add, num_den[..., -1], block.eps_t)
+            den_c.masked_fill_(den_c == 0, 1.0)  # every term 0: num is 0 too, the output 0
+            write_into(_rows(out, bounds), torch.div, num_den[..., :-1], den_c[..., None])
+            top = block.top
+        ctx.save_for_backward(q, k, v, mask, den, out, torch.stack(starts), torch.stack(tops))
+        ctx.features, ctx.eps, ctx.blocks = features, eps, blocks
+        top = top.clone()  # never the input itself (maps without log-scales keep it)
+        ctx.mark_non_differentiable(top)
+        return out, state, top
 
     @staticmethod
-    def backward(ctx, grad_out, grad_state):
-        phi_q, phi_k, values_all, log_scale, running, tops, den, out, states, gates, scores = (
-            ctx.saved_tensors)
-        weighted = ctx.weighted
-        grad_phi_q, grad_phi_k, grad_v = (torch.empty_like(x) for x in (phi_q, phi_k, out))
-        grad_log_scale = torch.empty_like(log_scale) if weighted else None
-        grad_den = den.new_empty(den.shape)
-        for c, (lo, hi, width) in reversed(list(enumerate(_chunks(phi_q.shape[2], ctx.size)))):
-            gate, score = gates[:, :, lo:hi, :width], scores[:, :, lo:hi, :width]
-            phi_q_c, phi_k_c, lk = phi_q[:, :, lo:hi], phi_k[:, :, lo:hi], log_scale[:, :, lo:hi]
-            values = values_all[:, :, lo:hi]
-            den_c = den[:, :, lo:hi, None]
-            grad_num = grad_out[:, :, lo:hi] / den_c
-            grad_den_c = -(grad_num * out[:, :, lo:hi]).sum(dim=-1, keepdim=True)
-            grad_num_den = torch.cat([grad_num, grad_den_c], dim=-1)  # (b, h, C, d_v + 1)
-            grad_den[:, :, lo:hi] = grad_den_c[..., 0]
-            # Inside the chunk: num_den = (P * gate) @ values with P = phi_q phi_k^T.
-            grad_score = grad_num_den @ values.transpose(-1, -2)
-            grad_p = grad_score * gate
-            grad_values = score.transpose(-1, -2) @ grad_num_den
-            # From the carried state: num_den += (phi_q S) * past.
-            grad_qs = grad_num_den
-            if weighted:
-                grad_qs = grad_qs * torch.exp(tops[..., c, None] - running[:, :, lo:hi])[..., None]
-            grad_phi_q[:, :, lo:hi] = grad_p @ phi_k_c + grad_qs @ states[c].transpose(-1, -2)
-            # The state update S' = S * decay + phi_k^T (values * weights), with grad_state = dS'.
-            grad_key_values = phi_k_c @ grad_state  # d loss / d (values * weights)
-            if weighted:
-                weights = torch.exp(lk - tops[..., c + 1, None])[..., None]
-                key_values = values * weights
-                grad_values = grad_values + grad_key_values * weights
-                # d gate_ij / d lk_j = gate_ij and d weights_j / d lk_j = weights_j.
-                grad_log_scale[:, :, lo:hi] = ((grad_score * score).sum(dim=-2)
-                                               + (grad_key_values * key_values).sum(dim=-1))
+    def backward(ctx, grad_out, grad_state, _grad_top):
+        q, k, v, mask, den, out, starts, tops = ctx.saved_tensors
+        features, eps = ctx.features, ctx.eps
+        grad_q, grad_k, grad_v = (torch.empty_like(x) for x in (q, k, v))
+        grad_params = ParamGrads(features.params)
+        for index, bounds in reversed(list(enumerate(ctx.blocks))):
+            lo, hi, size = bounds
+            block = _block(features, q, k, v, mask, bounds, tops[index], eps, recompute=True)
+            added, states, _ = _states(block, starts[index])
+            scores = _scores(block)
+            # d loss / d [num | den] of each query.
+            grad_num_den = v.new_empty(block.values.shape)
+            g = write_into(grad_num_den[..., :-1], torch.div, _rows(grad_out, bounds),
+                           _rows(den, bounds)[..., None])
+            grad_den = write_into(grad_num_den[..., -1], torch.linalg.vecdot, g,
+                                  _rows(out, bounds)).neg_()
+            grad_from_state = (grad_num_den if block.past is None
+                               else grad_num_den * block.past)
+            # Through the states: S_c feeds chunk c's queries, the last one also the next block.
+            grad_states = block.phi_q.transpose(-1, -2) @ grad_from_state
+            last = grad_state if block.last_decay is None else grad_state * block.last_decay
+            grad_states[:, :, -1] += last
+            flat = grad_states.flatten(-2)
+            grad_added = (block.decay.transpose(-1, -2) @ flat).view_as(added)
+            grad_added[:, :, -1] += grad_state
+            if block.start_scale is None:
+                grad_state = grad_states.sum(dim=2)
             else:
-                key_values = values
-                grad_values = grad_values + grad_key_values
-            grad_phi_k[:, :, lo:hi] = (grad_p.transpose(-1, -2) @ phi_q_c
-                                       + key_values @ grad_state.transpose(-1, -2))
-            grad_v[:, :, lo:hi] = grad_values[..., :-1]
-            if weighted:
-                decay = torch.exp(tops[..., c] - tops[..., c + 1])
-                grad_state = grad_state * decay[..., None, None]
-            grad_state = grad_state + phi_q_c.transpose(-1, -2) @ grad_qs
-        return (grad_phi_q, grad_phi_k, grad_v, grad_log_scale, grad_state, None, None,
-                grad_den if ctx.eps_is_tensor else None, None, None)
+                grad_state = (block.start_scale[..., None, :] @ flat).view_as(grad_state)
+            # Inside the chunks: [num | den] += scores @ values, scores = (phi_q phi_k^T) * gate.
+            grad_scores = grad_num_den @ block.values.transpose(-1, -2)
+            grad_p = grad_scores.tril_() if block.gate is None else grad_scores * block.gate
+            grad_phi_q = add_product(grad_p @ block.phi_k, grad_from_state,
+                                     states.transpose(-1, -2))
+            grad_phi_k = add_product(grad_p.transpose(-1, -2) @ block.phi_q, block.key_values,
+                                     grad_added.transpose(-1, -2))
+            grad_key_values = block.phi_k @ grad_added
+            grad_values = scores.transpose(-1, -2) @ grad_num_den
+            grad_key_log_scale = None
+            if block.key_weights is None:
+                grad_values.add_(grad_key_values)
+                if mask is not None:  # values = [w v, w], w the mask
+                    grad_values.mul_(mask[:, None, lo:hi, None].unflatten(2, (-1, size)))
+            else:
+                grad_values.addcmul_(grad_key_values, block.key_weights)
+                # d gate_ij / d lk_j = gate_ij, d w_j / d lk_j = w_j.
+                grad_key_log_scale = ((grad_scores * scores).sum(dim=-2)
+                                      + torch.linalg.vecdot(grad_key_values, block.key_values))
+            _rows(grad_v, bounds).copy_(grad_values[..., :-1])
+            grad_query_log_scale = None if block.eps_slope is None else grad_den * block.eps_slope
+            pull_q, pull_k = block.pullbacks
+            for target, pull, grad_phi, grad_log_scale in (
+                (grad_q, pull_q, grad_phi_q, grad_query_log_scale),
+                (grad_k, pull_k, grad_phi_k, grad_key_log_scale),
+            ):
+                grad_x, grads = pull(grad_phi.flatten(2, 3), None if grad_log_scale is None
+                                     else grad_log_scale.flatten(2))
+                target[:, :, lo:hi] = grad_x
+                grad_params.add(grads)
+        return (grad_q, grad_k, grad_v, None, grad_state, None, None, None, None,
+                *grad_params.result())
 
 
 def chunked_causal(
-    phi_q: Tensor, phi_k: Tensor, v: Tensor, query_log_scale: Tensor | None,
-    key_log_scale: Tensor | None, mask: Tensor | None, eps: float, chunk_size: int,
-    state: LinearAttentionState,
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, features: ChunkFeatures, eps: float,
+    chunk_size: int, state: LinearAttentionState,
 ) -> tuple[Tensor, LinearAttentionState]:
-    """Causal linear attention by chunks: exact quadratic attention inside each chunk of C tokens,
-    plus the carried state (S, z) of all earlier chunks, starting from `state` (the state after
-    the tokens before these). Memory is O(n C + (n / C) m d_v) for autograd, never a per-token
-    m x d_v state.
+    """Causal linear attention by chunks of `chunk_size` tokens, starting from `state` (the state
+    after the tokens before these).
 
-    S and z travel together as one (m, d_v + 1) matrix: z is S of a column of ones. The
-    stabilisers (the running maxima of the key log-scales) are computed for all chunks first, on
-    (batch, heads, n) tensors; then one scan over the chunks, with a hand-written backward.
-
-    phi_q, phi_k: (batch, heads, n, m); v: (batch, heads, n, d_v); log-scales (batch, heads, n)
-    or None; mask: bool (batch, n) or None. Returns (out (batch, heads, n, d_v), the state after
-    the n tokens).
+    q, k: (batch, heads, n, head_dim), the map's inputs; v: (batch, heads, n, d_v); mask: bool
+    (batch, n) or None (padded q, k, v already zeroed); features: the map of this call, applied
+    per block. Returns (out (batch, heads, n, d_v), the state after the n tokens).
     """
-    length = phi_q.shape[2]
-    size = min(chunk_size, length)
-    count = -(-length // size)
-    if key_log_scale is None:
-        # Log-scale 0 (the lowest for padded keys) and stabilisers 0: every weight is exactly
-        # 1 or 0, the plain kernel.
-        log_scale = masked_log_scale(v.new_zeros(v.shape[:-1]), mask)
-        running, top = torch.zeros_like(log_scale), None
-        tops = v.new_zeros(*v.shape[:2], count + 1)
-    else:
-        log_scale = masked_log_scale(key_log_scale, mask)
-        # (b, h, K, C): the last chunk filled up with keys that never win a maximum.
-        chunks = F.pad(log_scale.detach(), (0, count * size - length), value=lowest(v.dtype))
-        chunks = chunks.unflatten(2, (count, size))
-        # tops[..., c]: the stabiliser of the state before chunk c (the last: after all chunks).
-        tops = torch.cat([state.top[..., None], chunks.amax(dim=-1)], dim=-1)
-        tops = torch.cummax(tops, dim=-1).values
-        # Running maximum over keys <= i: the stabiliser of query i sees no later key.
-        running = torch.maximum(torch.cummax(chunks, dim=-1).values, tops[..., :-1, None])
-        running = top = running.flatten(2)[..., :length]
-    eps_t = eps_term(eps, query_log_scale, top, v)
+    length = q.shape[2]
     start = torch.cat([state.kv, state.z[..., None]], dim=-1)
-    weighted = key_log_scale is not None or mask is not None
-    out, final = _ChunkedCausal.apply(phi_q, phi_k, v, log_scale, start, running, tops, eps_t,
-                                      size, weighted)
-    top = state.top if key_log_scale is None else tops[..., -1]
-    state = LinearAttentionState(final[..., :-1], final[..., -1], top, state.position + length,
-                                 state.feature_map)
-    return out, state
+    out, final, top = _ChunkedCausal.apply(q, k, v, mask, start, state.top, features, eps,
+                                           min(chunk_size, length), *features.params)
+    return out, LinearAttentionState(final[..., :-1], final[..., -1], top, state.position + length,
+                                     state.feature_map)

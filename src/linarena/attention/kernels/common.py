@@ -63,6 +63,46 @@ def eps_term(
     return torch.exp(exponent.clamp(max=EPS_EXPONENT_CAP[like.dtype]))
 
 
+def eps_slope(eps_t: Tensor | float, query_log_scale: Tensor | None, like: Tensor) -> Tensor | None:
+    """d eps_t / d query_log_scale for eps_term's value eps_t: -eps_t, and 0 where eps_term capped
+    the exponent; None where eps_t does not depend on a query log-scale."""
+    if query_log_scale is None or not isinstance(eps_t, Tensor):
+        return None
+    return torch.where(eps_t < 0.5 * math.exp(EPS_EXPONENT_CAP[like.dtype]), -eps_t, 0.0)
+
+
+# Floats in one chunk's features, batch x heads x tokens x m: 4 MB in float32, so that the
+# elementwise passes over a chunk and its matmuls work in cache (measured: 2 and 8 MB are
+# slower at 16K tokens on 2 cores).
+CHUNK_FLOATS = 2**20
+
+
+def tokens_per_chunk(like: Tensor, num_features: int, multiple: int = 1, share: int = 1) -> int:
+    """Tokens of a chunk of CHUNK_FLOATS / share features for inputs `like` (batch, heads, n, .):
+    a multiple of `multiple`, at least `multiple`."""
+    batch, heads = like.shape[:2]
+    fit = CHUNK_FLOATS // share // max(1, batch * heads * num_features)
+    return max(multiple, fit // multiple * multiple)
+
+
+def chunk_bounds(length: int, size: int) -> list[tuple[int, int]]:
+    """(start, end) of each chunk of `size` tokens, the last one possibly shorter. Written over the
+    chunk count, so that torch.compile specialises on the number of chunks, not on the length:
+    one graph serves every length with the same chunk count."""
+    count = (length + size - 1) // size
+    return [(i * size, torch.sym_min((i + 1) * size, length)) for i in range(count)]
+
+
+def add_product(total: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
+    """total + a @ b for (batch, heads, r, s) @ (batch, heads, s, t): a @ b when total is None,
+    else accumulated into `total` in place (one BLAS call, no temporary)."""
+    if total is None:
+        return a @ b
+    total.view(-1, *total.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]),
+                                               b.reshape(-1, *b.shape[-2:]))
+    return total
+
+
 def normalised(num: Tensor, den: Tensor, eps: Tensor | float) -> Tensor:
     """num / (den + eps) for num (..., c, d_v), den (..., c, 1) and eps_term's value (a float or
     (..., c)). A row whose denominator is exactly 0 (every term vanished: a fully padded row, an
@@ -72,6 +112,7 @@ def normalised(num: Tensor, den: Tensor, eps: Tensor | float) -> Tensor:
 
 
 def _weighted(x: Tensor, weights: Tensor | None) -> Tensor:
+    """x (batch, heads, c, .) times the weights (batch, heads or 1, c), or x for None."""
     return x if weights is None else x * weights[..., None]
 
 

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from linarena.attention.features import ChunkFeatures
 from linarena.attention.kernels.common import LinearAttentionState, eps_term, normalised
 
 
 def recurrent_step(
-    phi_q: Tensor, phi_k: Tensor, v: Tensor, query_log_scale: Tensor | None,
-    key_log_scale: Tensor | None, state: LinearAttentionState, eps: float,
+    q: Tensor, k: Tensor, v: Tensor, features: ChunkFeatures, state: LinearAttentionState,
+    eps: float,
 ) -> tuple[Tensor, LinearAttentionState]:
     """One token of causal linear attention (the RNN view): O(1) work per token.
 
-    phi_q, phi_k: (batch, heads, 1, m); v: (batch, heads, 1, d_v); log-scales (batch, heads, 1)
-    or None. Returns the output (batch, heads, 1, d_v) and the state after this token.
+    q, k: (batch, heads, 1, head_dim); v: (batch, heads, 1, d_v); features: the map at this
+    token's position (differentiated by autograd: one token has nothing to recompute). Returns
+    the output (batch, heads, 1, d_v) and the state after this token.
     """
+    phi_q, query_log_scale = features(q, 0, 1, True)
+    phi_k, key_log_scale = features(k, 0, 1, False)
     state = state.absorb(phi_k, key_log_scale, v)
     num = phi_q @ state.kv  # (b, h, 1, d_v)
     den = phi_q @ state.z.unsqueeze(-1)

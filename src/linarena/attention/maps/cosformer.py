@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from linarena.attention.buffers import write_into
 from linarena.attention.feature_map import FeatureMap, FeatureOutput, FeatureVjp
 
 
@@ -66,12 +67,22 @@ class CosformerFeatures(FeatureMap):
                 "model.max_length) or shorten the input."
             )
 
-    def features(self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool) -> FeatureOutput:
-        """x: (batch, heads, n, d); positions: (n,); context: M (batch,). Returns phi (batch,
-        heads, n, 2 d). M must exceed every position for the weight to stay positive."""
-        theta = _angles(positions, context, x.dtype)
-        relu_x = F.relu(x)
-        return torch.cat([relu_x * torch.cos(theta), relu_x * torch.sin(theta)], dim=-1), None
+    writes_into = True
+
+    def features(self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool,
+                 out: Tensor | None = None) -> FeatureOutput:
+        """x: (batch, heads, n, d); positions: (n,); context: M (batch,); out: a buffer for phi
+        or None. Returns phi (batch, heads, n, 2 d). M must exceed every position for the
+        weight to stay positive."""
+        cos, sin = _cos_sin(positions, context, x.dtype)
+        if out is None:
+            relu_x = F.relu(x)
+            return torch.cat([relu_x * cos, relu_x * sin], dim=-1), None
+        d = x.shape[-1]  # relu(x) into the first half, no temporary
+        relu_x = write_into(out[..., :d], torch.clamp, x, 0.0)
+        write_into(out[..., d:], torch.mul, relu_x, sin)
+        relu_x.mul_(cos)
+        return out, None
 
     def vjp(self, context: Tensor) -> FeatureVjp:
         return functools.partial(cosformer_features_vjp, scale_length=context)
@@ -85,14 +96,18 @@ def cosformer_features_vjp(
     scale_length: Tensor,
 ) -> Tensor:
     """Backward of CosformerFeatures.features:
-    d loss / d x = (grad_cos * cos(theta) + grad_sin * sin(theta)) * [x > 0]."""
-    theta = _angles(positions, scale_length, x.dtype)
+    d loss / d x = (grad_cos * cos(theta) + grad_sin * sin(theta)) * [x > 0], written over
+    grad_cos (the result is a view of grad_phi's first half). [x > 0] is read off the cos
+    features, relu(x) cos(theta) > 0 (cos > 0 at every real token), written over them."""
+    cos, sin = _cos_sin(positions, scale_length, x.dtype)
     d = x.shape[-1]
-    grad_x = grad_phi[..., :d] * torch.cos(theta)
-    return grad_x.addcmul_(grad_phi[..., d:], torch.sin(theta)).mul_(x > 0)
+    grad_x = grad_phi[..., :d].mul_(cos).addcmul_(grad_phi[..., d:], sin)
+    return grad_x.mul_(phi[..., :d].gt_(0.0))
 
 
-def _angles(positions: Tensor, scale_length: Tensor, dtype: torch.dtype) -> Tensor:
-    """theta_i = pi/2 * i / M of positions (n,) for each sequence's M (batch,): (batch, 1, n, 1)."""
+def _cos_sin(positions: Tensor, scale_length: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos(theta_i), sin(theta_i) with theta_i = pi/2 * i / M, for positions (n,) and each
+    sequence's M (batch,): each (batch, 1, n, 1)."""
     theta = (math.pi / 2) * positions.to(dtype)[None, :] / scale_length.to(dtype)[:, None]
-    return theta[:, None, :, None]
+    theta = theta[:, None, :, None]
+    return torch.cos(theta), torch.sin(theta)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from linarena.attention.buffers import write_into
 from linarena.attention.feature_map import FeatureMap, FeatureOutput, FeatureVjp
 
 KERNELS = ("softmax", "relu")
@@ -95,11 +96,14 @@ class PerformerFeatures(FeatureMap):
         forward first, as activation checkpointing does) cannot change what it recomputes."""
         return self.projection.clone()
 
-    def features(self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool) -> FeatureOutput:
+    writes_into = True
+
+    def features(self, x: Tensor, positions: Tensor, context: Tensor, is_query: bool,
+                 out: Tensor | None = None) -> FeatureOutput:
         projection = context.to(x.dtype)
         if self.kernel == "relu":
-            return performer_relu_features(x, projection), None
-        return performer_softmax_features(x, projection)
+            return performer_relu_features(x, projection, out), None
+        return performer_softmax_features(x, projection, out)
 
     def vjp(self, context: Tensor) -> FeatureVjp:
         if self.kernel == "relu":
@@ -126,7 +130,8 @@ def _batched(matrix: Tensor, like: Tensor) -> Tensor:
     return matrix.expand(*like.shape[:2], *matrix.shape)
 
 
-def performer_softmax_features(x: Tensor, projection: Tensor) -> FeatureOutput:
+def performer_softmax_features(x: Tensor, projection: Tensor, out: Tensor | None = None
+                               ) -> FeatureOutput:
     """FAVOR+ positive random features (Choromanski et al. 2021).
 
     phi(x) = m^(-1/2) exp(W x' - |x'|^2 / 2) with x' = x d^(-1/4), so that E[phi(q) . phi(k)]
@@ -139,15 +144,18 @@ def performer_softmax_features(x: Tensor, projection: Tensor) -> FeatureOutput:
     Args:
         x: (batch, heads, n, d).
         projection: (m, d), rows omega_i.
+        out: a (batch, heads, n, m) buffer for phi, or None.
     Returns phi (batch, heads, n, m) and log_scale (batch, heads, n).
     """
     scale = x.shape[-1] ** -0.25
     weights = _batched(projection.t() * scale, x)  # (batch, heads, d, m)
-    logits = torch.matmul(x, weights)
+    logits = torch.matmul(x, weights) if out is None else write_into(out, torch.matmul, x, weights)
     row_max = logits.amax(dim=-1, keepdim=True).detach()
     phi = logits.sub_(row_max).exp_()  # in place: two passes over the largest tensor, not four
     constant = 0.5 * math.log(projection.shape[0])
-    return phi, row_max.squeeze(-1) - 0.5 * scale**2 * (x * x).sum(dim=-1) - constant
+    # |x|^2 as a norm: a reduction, without an (n, d) temporary.
+    squared = torch.linalg.vector_norm(x, dim=-1).square()
+    return phi, row_max.squeeze(-1) - 0.5 * scale**2 * squared - constant
 
 
 def performer_softmax_features_vjp(
@@ -167,13 +175,16 @@ def performer_softmax_features_vjp(
     return grad_x
 
 
-def performer_relu_features(x: Tensor, projection: Tensor) -> Tensor:
+def performer_relu_features(x: Tensor, projection: Tensor, out: Tensor | None = None) -> Tensor:
     """Performer's "generalized attention": phi(x) = relu(W x') + 1e-3, x' = x d^(-1/4).
 
-    x: (batch, heads, n, d); projection: (m, d). Returns phi (batch, heads, n, m).
+    x: (batch, heads, n, d); projection: (m, d); out: a (batch, heads, n, m) buffer for phi, or
+    None. Returns phi (batch, heads, n, m).
     """
     weights = _batched(projection.t() * x.shape[-1] ** -0.25, x)
-    return torch.matmul(x, weights).relu_() + RELU_FEATURE_FLOOR
+    if out is None:
+        return torch.matmul(x, weights).relu_() + RELU_FEATURE_FLOOR
+    return write_into(out, torch.matmul, x, weights).relu_().add_(RELU_FEATURE_FLOOR)
 
 
 def performer_relu_features_vjp(

@@ -3,12 +3,15 @@ balance the recall-throughput tradeoff"): the 2nd-order Taylor expansion of exp(
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from linarena.attention.feature_map import FeatureMap
+from linarena.attention.buffers import write_into
+from linarena.attention.feature_map import FeatureMap, FeatureOutput, FeatureVjp
 
 
 class TaylorFeatures(FeatureMap):
@@ -45,5 +48,41 @@ class TaylorFeatures(FeatureMap):
         second = (x[..., :, None] * x[..., None, :]).flatten(-2) / math.sqrt(2 * d)
         return torch.cat([x.new_ones(*x.shape[:-1], 1), x / d**0.25, second], dim=-1)
 
+    writes_into = True
+
+    def features(self, x: Tensor, positions: Tensor, context: Any, is_query: bool,
+                 out: Tensor | None = None) -> FeatureOutput:
+        """forward(x), or the same written into `out` (batch, heads, n, 1 + d + d^2)."""
+        if out is None:
+            return self(x), None
+        x = x[..., : self._dim(x.shape[-1])]
+        d = x.shape[-1]
+        out[..., 0].fill_(1.0)
+        write_into(out[..., 1:1 + d], torch.mul, x, d**-0.25)
+        write_into(out[..., 1 + d:].unflatten(-1, (d, d)), torch.mul, x[..., :, None],
+                   x[..., None, :] / math.sqrt(2 * d))
+        return out, None
+
+    def vjp(self, context: Any) -> FeatureVjp:
+        return functools.partial(taylor_features_vjp, dim=self._dim)
+
     def extra_repr(self) -> str:
         return f"feature_dim={self.feature_dim}"
+
+
+def taylor_features_vjp(
+    x: Tensor, positions: Tensor, phi: Tensor, grad_phi: Tensor, grad_log_scale: Tensor | None,
+    dim: Any,
+) -> Tensor:
+    """Backward of TaylorFeatures.features; dim(head_dim) -> d. On the first d components of x:
+    d loss / d x = g_1 / d^(1/4) + (G + G^T) x / sqrt(2 d), with g_1 the gradient of the linear
+    features and G (d, d) that of the quadratic ones; 0 on the others, which phi does not read.
+    """
+    d = dim(x.shape[-1])
+    xd = x[..., :d]
+    quadratic = grad_phi[..., 1 + d:].unflatten(-1, (d, d))
+    part = (quadratic @ xd[..., None])[..., 0] + (xd[..., None, :] @ quadratic)[..., 0, :]
+    part.mul_(1 / math.sqrt(2 * d))
+    grad_x = torch.zeros_like(x)
+    write_into(grad_x[..., :d], torch.add, part, grad_phi[..., 1:1 + d], alpha=d**-0.25)
+    return grad_x

@@ -47,6 +47,17 @@ def load_kernels(device: torch.device) -> FlaKernels:
     return FlaKernels(chunk_simple_gla, chunk_gla, chunk_delta_rule, chunk_gated_delta_rule)
 
 
+DTYPES_NOTE = ("fla has no float64 kernels, and its delta-rule kernels take float16 or bfloat16 "
+               "only: train with trainer.precision=bf16-mixed")
+
+
+def supports(dtype: torch.dtype, *, delta: bool) -> bool:
+    """Whether fla's kernels take inputs of `dtype` (the delta rule's, with delta=True)."""
+    if delta:
+        return dtype in (torch.float16, torch.bfloat16)
+    return dtype in (torch.float16, torch.bfloat16, torch.float32)
+
+
 def _check(name: str, inputs: OpInputs, causal: bool) -> None:
     if not causal:
         raise ValueError(f"{name}: backend='fla' runs causal=True only; use backend='torch' for "

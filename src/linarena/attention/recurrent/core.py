@@ -20,7 +20,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from linarena.attention.ops import delta_rule, gated_linear_attention
+from linarena.attention.backends import check_backend, fla_installed
+from linarena.attention.ops import delta_rule, fla, gated_linear_attention
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
 from linarena.attention.validation import (
     check_attention_inputs,
@@ -87,6 +88,11 @@ class RecurrentAttention(nn.Module):
             attention normaliser; not for the delta rule, whose state is no such sum), "rms",
             "group" or "none" (linarena.attention.recurrent.output_norm).
         num_heads: heads of the per-head parameters (None: the core has none).
+        backend: "auto", "torch" or "fla" (linarena.attention.backends): fla-core's chunked
+            kernels for causal forward calls on CUDA, in the inputs' dtype (bf16 / fp16 under
+            autocast) with float32 states; "auto" takes them when fla is installed and has a
+            kernel for the dtype (no float64; the delta rule's need bf16 / fp16). step() always
+            runs the torch op (one token).
     """
 
     reads_token = True
@@ -94,7 +100,8 @@ class RecurrentAttention(nn.Module):
     delta_rule = False
 
     def __init__(
-        self, head_dim: int, causal: bool, output_norm: str, num_heads: int | None = None
+        self, head_dim: int, causal: bool, output_norm: str, num_heads: int | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         if output_norm == "denominator" and self.delta_rule:
@@ -102,6 +109,11 @@ class RecurrentAttention(nn.Module):
                              "of decayed keys, which the delta rule's state is not; use rms, "
                              "group or none.")
         check_head_dim(head_dim, type(self).__name__)
+        check_backend(backend, type(self).__name__, causal, None)
+        self.backend = backend
+        # backend="auto": whether a call may run fla's kernels (then its device and dtype say).
+        self._auto_fla = backend == "auto" and causal and fla_installed()
+        self.backend_used: str | None = None  # of the last forward call (see backends.py)
         self.head_dim = head_dim
         self.causal = causal
         self.num_heads = num_heads
@@ -150,6 +162,8 @@ class RecurrentAttention(nn.Module):
         if initial_state is not None:
             self._check_state(initial_state, q, dtype)
         out_dtype = v.dtype
+        use_fla = self._runs_fla(v)
+        self.backend_used = "fla" if use_fla else "torch"
         with torch.autocast(device_type=q.device.type, enabled=False):
             # Zeroed before recurrence(), not only in the op: the q, k transforms, Mamba-2's
             # v * dt and the gates computed from x would carry a padded NaN into the gradients
@@ -157,10 +171,15 @@ class RecurrentAttention(nn.Module):
             q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
             x = None if x is None else zero_padding(x.to(dtype), mask)
             r = self.recurrence_inputs(q, k, v, x)
+            if use_fla:  # fla's kernels take the inputs' own dtype and accumulate in float32
+                r = r._replace(**{name: getattr(r, name).to(out_dtype)
+                                  for name in ("q", "k", "v", "beta")
+                                  if getattr(r, name) is not None})
             start = None if initial_state is None else initial_state.state
-            result = self._op(r, mask, self.causal, start, return_state)
+            result = self._op(r, mask, self.causal, start, return_state,
+                              self.backend_used)
             raw, new = result if return_state else (result, None)
-            out = self.output(raw).to(out_dtype)
+            out = self.output(raw.to(dtype)).to(out_dtype)
         if not return_state:
             return out
         position = 0 if initial_state is None else initial_state.position
@@ -202,10 +221,21 @@ class RecurrentAttention(nn.Module):
         denominator's sum of decayed keys)."""
         return self.head_dim * (self.head_dim + (self.output_norm == "denominator"))
 
+    def _runs_fla(self, v: Tensor) -> bool:
+        """Whether a forward call on v (batch, heads, n, head_dim) runs fla's kernels: always
+        with backend="fla" (refused here for a dtype fla has no kernel for, and by the op for
+        inputs off CUDA), with "auto" for CUDA inputs of a dtype fla takes."""
+        if self.backend == "fla":
+            if not fla.supports(v.dtype, delta=self.delta_rule):
+                raise ValueError(f"{type(self).__name__}: backend='fla' has no kernel for "
+                                 f"{v.dtype} inputs ({fla.DTYPES_NOTE}). Use backend=auto.")
+            return True
+        return self._auto_fla and v.is_cuda and fla.supports(v.dtype, delta=self.delta_rule)
+
     def _op(self, r: Recurrence, mask: Tensor | None, causal: bool,
             initial_state: Tensor | None = None, return_state: bool = False,
-            ) -> Tensor | tuple[Tensor, Tensor]:
-        options = {"causal": causal, "scale": r.scale, "mask": mask,
+            backend: str = "torch") -> Tensor | tuple[Tensor, Tensor]:
+        options = {"causal": causal, "scale": r.scale, "mask": mask, "backend": backend,
                    "initial_state": initial_state, "return_state": return_state}
         if r.beta is None:
             return gated_linear_attention(r.q, r.k, r.v, r.log_gate, **options)

@@ -27,13 +27,14 @@ class DeltaNetAttention(RecurrentAttention):
         d_model, num_heads: the model's width (of x) and heads (model.d_model, model.num_heads).
         output_norm: "rms" (DeltaNet), "group" or "none" ("denominator" is not defined for the
             delta rule).
+        backend: "auto", "torch" or "fla" (see RecurrentAttention).
     """
 
     delta_rule = True
 
     def __init__(self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
-                 output_norm: str = "rms") -> None:
-        super().__init__(head_dim, causal, output_norm, num_heads)
+                 output_norm: str = "rms", backend: str = "auto") -> None:
+        super().__init__(head_dim, causal, output_norm, num_heads, backend)
         self.beta_proj = nn.Linear(d_model, num_heads, bias=False)
 
     def log_gate(self, x: Tensor) -> Tensor | None:

@@ -21,9 +21,9 @@ class GatedDeltaNetAttention(DeltaNetAttention):
     """
 
     def __init__(self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
-                 output_norm: str = "rms") -> None:
+                 output_norm: str = "rms", backend: str = "auto") -> None:
         super().__init__(head_dim, causal, d_model=d_model, num_heads=num_heads,
-                         output_norm=output_norm)
+                         output_norm=output_norm, backend=backend)
         self.gate = HeadGate(d_model, num_heads)
 
     def log_gate(self, x: Tensor) -> Tensor:

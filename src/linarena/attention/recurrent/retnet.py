@@ -24,12 +24,14 @@ class RetNetAttention(RecurrentAttention):
         head_dim, causal: as every attention core.
         output_norm: "group" (RetNet's GroupNorm, one group per head), or another
             linarena.attention.recurrent.output_norm kind.
+        backend: "auto", "torch" or "fla" (see RecurrentAttention).
     """
 
     reads_token = False
 
-    def __init__(self, head_dim: int, causal: bool = False, *, output_norm: str = "group") -> None:
-        super().__init__(head_dim, causal, output_norm)
+    def __init__(self, head_dim: int, causal: bool = False, *, output_norm: str = "group",
+                 backend: str = "auto") -> None:
+        super().__init__(head_dim, causal, output_norm, backend=backend)
 
     def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
         batch, heads, length, _ = q.shape
