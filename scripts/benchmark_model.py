@@ -40,6 +40,7 @@ from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpe
 from linarena.analysis.bench_runner import read_benchmark_csv, run_benchmark, write_csv_atomic
 from linarena.analysis.plots import plot_benchmark
 from linarena.analysis.provenance import command_line, record
+from linarena.attention.backends import BACKENDS
 from linarena.attention.variants import check_variant_names, variant_names
 from linarena.errors import LinarenaError
 
@@ -84,6 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="tiny model and lengths (tests)")
     parser.add_argument("--replot", action="store_true",
                         help="only redraw benchmark_model.png from the CSV in --out (no timing)")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="attention.backend of every layer (linarena.attention.backends); "
+                             "a variant that cannot honour it gets an error row saying why")
     parser.add_argument("--conf-dir", type=Path, default=REPO_ROOT / "conf",
                         help="Hydra config folder holding attention/<name>.yaml")
     parser.add_argument("--wandb", action="store_true",
@@ -118,8 +122,8 @@ def build_specs(args: argparse.Namespace) -> list[CaseSpec]:
     return [
         CaseSpec(attention=attention, length=length, what=what, batch=args.batch,
                  device=args.device, dtype=args.dtype, threads=args.threads, warmup=args.warmup,
-                 repeats=args.repeats,
-                 shape=shape, conf_dir=str(args.conf_dir.resolve()))
+                 repeats=args.repeats, shape=shape, conf_dir=str(args.conf_dir.resolve()),
+                 backend=args.backend)
         for what in args.what for attention in args.attentions for length in args.lengths
     ]
 

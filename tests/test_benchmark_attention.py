@@ -13,6 +13,7 @@ from conftest import VARIANTS
 from test_benchmark_model import REPO_ROOT, load_benchmark_model
 
 from linarena.analysis.attention_benchmark import main, parse_args, speed_ratio
+from linarena.analysis.timing import peak_allocated_mb
 
 TINY = ["--heads", "2", "--head-dim", "8", "--warmup", "0", "--repeats", "1", "--device", "cpu"]
 
@@ -113,3 +114,38 @@ def test_lengths_and_out_are_read_as_benchmark_model_reads_them(tmp_path: Path,
 def test_a_slower_variant_is_called_slower() -> None:
     assert speed_ratio(reference_ms=79.0, ours_ms=100.0) == "1.27x slower"
     assert speed_ratio(reference_ms=200.0, ours_ms=100.0) == "2.00x faster"
+
+
+def test_peak_memory_counts_what_a_call_holds_at_once() -> None:
+    """Two 4 MiB tensors alive together, then freed: the peak is 8 MiB on CPU, whatever the C
+    library does with the freed pages."""
+    x = torch.zeros(2**20)  # 4 MiB of float32
+
+    def two_at_once() -> None:
+        doubled = x * 2
+        (doubled + 1).sum()
+
+    assert peak_allocated_mb(two_at_once, torch.device("cpu")) == pytest.approx(8.0, abs=0.01)
+
+
+def test_memory_and_backend_columns(tmp_path: Path) -> None:
+    """Every measured row has a CPU memory figure and names the code that ran; a linear
+    variant holds less than softmax's scores at a length where they dominate."""
+    out = tmp_path / "attention.csv"
+    main(["--lengths", "512", *TINY, "--variants", "elu,retnet", "--no-references",
+          "--error-scales", "--out", str(out)])
+    rows = pd.read_csv(out).set_index("variant")
+    assert (rows["peak_memory_mb"] > 0).all()
+    assert rows["backend"].tolist() == ["torch", "torch"]
+
+
+def test_backend_fla_skips_what_it_cannot_run(tmp_path: Path, capsys) -> None:
+    """--backend fla on a CPU machine: the feature map (no fla kernel) and the recurrence (no
+    CUDA, or a bidirectional layer) are skipped, each with the reason; nothing runs, one line."""
+    with pytest.raises(SystemExit, match="no variant can run with --backend fla"):
+        main(["--lengths", "16", *TINY, "--variants", "elu,retnet", "--backend", "fla",
+              "--no-references", "--error-scales", "--out", str(tmp_path / "a.csv")])
+    printed = capsys.readouterr().out
+    assert "skipping elu:" in printed and "fla-core has no kernel" in printed
+    assert "skipping retnet:" in printed and "bidirectional" in printed
+    assert not (tmp_path / "a.csv").exists()

@@ -58,6 +58,7 @@ def test_tiny_benchmark_writes_csv_and_plot_and_skips_slow_cases(tmp_path: Path)
     assert measured["tokens_per_sec"].astype(float).to_numpy() == pytest.approx(
         (16 / (ms / 1000)).to_numpy(), rel=1e-6)
     assert (measured["peak_memory_mb"].astype(float) >= 0).all()
+    assert (measured["backend"] == "torch").all()  # --backend auto on a CPU machine
     skipped = rows[rows["length"] == 32]
     assert (skipped["status"] == "skipped").all()
     assert skipped["note"].str.contains("--max-seconds").all()
@@ -108,7 +109,7 @@ def test_oom_is_a_result_and_longer_lengths_are_skipped(monkeypatch) -> None:
     def fake_model_step(spec: CaseSpec):
         if spec.length >= 32:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return lambda: None
+        return (lambda: None), torch.nn.Module()
 
     monkeypatch.setattr(bench_cases, "make_model_step", fake_model_step)
     rows = run_benchmark([make_spec(16), make_spec(32), make_spec(64)], max_seconds=None,

@@ -73,6 +73,7 @@ def test_every_logger_gives_the_same_summary(
     assert summary["schema_version"] == SCHEMA_VERSION
     assert set(summary["metrics"]) == {metric.key for metric in summary_metrics()}
     assert summary["config"]["model"]["d_model"] == summary["hparams"]["d_model"]
+    assert summary["attention_backend"] == "torch"  # what ran, on this CPU machine
     assert comparable(summary) == comparable(reference)
     assert (summary["wandb"] is not None) == ("wandb" in logger)
     if "csv" in logger:  # the summary's metrics reached the CSV logger too

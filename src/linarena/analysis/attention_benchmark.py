@@ -10,8 +10,10 @@ measured side by side: einsum_elu (a straightforward einsum implementation of el
 and performer_pytorch (FastAttention from `performer-pytorch`, if installed: `pip install -e
 ".[bench]"`). The variants of one length are timed round-robin (median of --repeats calls
 each), so a machine whose speed drifts cannot favour one of them. Prints a table and writes a
-CSV (--out, default results/benchmark_attention.csv in the repository; on CUDA, peak_memory_mb is what one
-forward+backward allocates beyond its inputs). Bidirectional runs with `performer` also measure
+CSV (--out, default results/benchmark_attention.csv in the repository): peak_memory_mb is the
+most memory one forward+backward holds at once beyond its inputs and their gradients (CPU and
+CUDA), and backend the code each variant ran (--backend: auto, torch or fla, as
+`attention.backend` in training; a variant that cannot honour it is skipped with the reason). Bidirectional runs with `performer` also measure
 its approximation error against exact softmax attention, on random and on clustered inputs at
 several q, k scales, against performer-pytorch with the same projections
 (<out>_performer_error.csv; see linarena.analysis.performer_error).
@@ -20,7 +22,6 @@ several q, k scales, against performer-pytorch with the same projections
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from linarena.analysis.bench_args import (
 from linarena.analysis.bench_runner import run_round_robin, write_csv_atomic
 from linarena.analysis.performer_error import approximation_errors, error_table
 from linarena.analysis.provenance import REPO_ROOT, command_line, record
+from linarena.analysis.timing import peak_allocated_mb
+from linarena.attention.backends import BACKENDS
 from linarena.attention.variants import check_variant_names, is_linear, load_variant, variant_names
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -62,11 +65,16 @@ def build_variants(args) -> tuple[dict[str, Callable], dict[str, bool]]:
     # of the token by d_model and num_heads).
     model = {"max_length": max(args.lengths), "d_model": args.heads * args.head_dim,
              "num_heads": args.heads}
-    variants: dict[str, Callable] = {
-        name: load_variant(name, model)(head_dim=args.head_dim, causal=args.causal)
-        for name in args.variants
-    }
-    linear = {name: is_linear(name) for name in args.variants}
+    variants: dict[str, Callable] = {}
+    for name in args.variants:
+        try:
+            variants[name] = load_variant(name, model)(head_dim=args.head_dim, causal=args.causal,
+                                                       backend=args.backend)
+        except ValueError as error:  # e.g. backend=fla for a variant fla has no kernel for
+            print(f"skipping {name}: {error}")
+    if not variants:
+        raise SystemExit(f"no variant can run with --backend {args.backend}; see above.")
+    linear = {name: is_linear(name) for name in variants}
     if not args.causal and args.references:
         variants["einsum_elu"], linear["einsum_elu"] = einsum_elu, True
         try:
@@ -85,7 +93,8 @@ def build_variants(args) -> tuple[dict[str, Callable], dict[str, bool]]:
 
 def prepare(fn, length: int, args) -> tuple[Callable, Callable, float]:
     """A forward and a forward+backward call of `fn` on inputs of its own at `length`, warmed
-    up, and the CUDA memory one forward+backward needs beyond its inputs in MB (NaN off CUDA)."""
+    up, and the memory one forward+backward holds at once beyond its inputs and their
+    gradients, in MB (analysis.timing.peak_allocated_mb, on CPU and CUDA alike)."""
     shape = (args.batch, args.heads, length, args.head_dim)
     q, k, v = (torch.randn(shape, device=args.device, requires_grad=True) for _ in range(3))
     # A core that computes gates from the token (reads_token) gets one, as in the model.
@@ -99,25 +108,24 @@ def prepare(fn, length: int, args) -> tuple[Callable, Callable, float]:
         with torch.no_grad(), autocast:
             fn(q, k, v, **token)
 
-    def forward_backward():
-        for x in (q, k, v):  # as zero_grad(set_to_none=True) does: no accumulation pass
-            x.grad = None
+    def run_forward_backward():
         with autocast:
             out = fn(q, k, v, **token)
         out.float().sum().backward()
+
+    def forward_backward():
+        for x in (q, k, v):  # as zero_grad(set_to_none=True) does: no accumulation pass
+            x.grad = None
+        run_forward_backward()
 
     for _ in range(max(args.warmup - 1, 0)):
         forward()
         forward_backward()
     forward()
-    if args.device.type != "cuda":
-        forward_backward()
-        return forward, forward_backward, math.nan
-    torch.cuda.synchronize(args.device)
-    before = torch.cuda.memory_allocated(args.device)
-    torch.cuda.reset_peak_memory_stats(args.device)
     forward_backward()
-    peak_mb = (torch.cuda.max_memory_allocated(args.device) - before) / 2**20
+    # Measured with the gradients' storage already there (accumulated into), so that the
+    # figure is what the attention itself needs, the same for every variant's inputs.
+    peak_mb = peak_allocated_mb(run_forward_backward, args.device)
     return forward, forward_backward, peak_mb
 
 
@@ -167,6 +175,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=positive_int, default=8)
     parser.add_argument("--head-dim", type=positive_int, default=64)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="attention.backend of every variant (linarena.attention.backends)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                         help="fp32, or bf16/fp16 autocast (GPU)")
@@ -201,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
               "head_dim": args.head_dim, "device": str(args.device), "dtype": args.dtype}
     rows = run_round_robin(linear, args.lengths, lambda name, n: prepare(variants[name], n, args),
                            args.repeats, args.device, args.max_seconds, fields)
+    for row in rows:  # the references are plain PyTorch
+        row["backend"] = getattr(variants[row["variant"]], "backend_used", None) or "torch"
     write_csv_atomic(rows, args.out, columns=list(rows[0]))
     command = command_line(SCRIPT, argv)
     record([args.out], command)

@@ -16,12 +16,14 @@ import json
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from linarena.analysis.timing import is_out_of_memory, time_fn
+from linarena.attention.backends import backend_used
 from linarena.attention.variants import load_variant
 from linarena.models import TransformerClassifier
 from linarena.system import peak_rss_mb
@@ -63,6 +65,7 @@ class CaseSpec:
     repeats: int
     shape: ModelShape
     conf_dir: str
+    backend: str = "auto"  # attention.backend (linarena.attention.backends)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -91,7 +94,8 @@ def load_attention_partial(spec: CaseSpec) -> Callable[..., torch.nn.Module]:
     training run uses; its interpolations of ``model.*`` keys (e.g. cosFormer's max_length)
     resolve against :func:`model_config`. Returns ``(head_dim=..., causal=...) -> nn.Module``.
     """
-    return load_variant(spec.attention, model_config(spec), Path(spec.conf_dir))
+    factory = load_variant(spec.attention, model_config(spec), Path(spec.conf_dir))
+    return partial(factory, backend=spec.backend)
 
 
 def build_classifier(spec: CaseSpec) -> torch.nn.Module:
@@ -114,8 +118,9 @@ def _autocast(spec: CaseSpec) -> AbstractContextManager:
     return torch.autocast(device_type=torch.device(spec.device).type, dtype=DTYPES[spec.dtype])
 
 
-def make_model_step(spec: CaseSpec) -> Callable[[], None]:
-    """One training step on random full-length byte sequences: forward, loss, backward, AdamW."""
+def make_model_step(spec: CaseSpec) -> tuple[Callable[[], None], torch.nn.Module]:
+    """One training step on random full-length byte sequences: forward, loss, backward, AdamW;
+    and the model it trains."""
     model = build_classifier(spec)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(0)
@@ -132,11 +137,12 @@ def make_model_step(spec: CaseSpec) -> Callable[[], None]:
         loss.backward()
         optimizer.step()
 
-    return step
+    return step, model
 
 
-def make_attention_fwd_bwd(spec: CaseSpec) -> Callable[[], None]:
-    """Forward and backward of one attention module with the model's head shapes.
+def make_attention_fwd_bwd(spec: CaseSpec) -> tuple[Callable[[], None], torch.nn.Module]:
+    """Forward and backward of one attention module with the model's head shapes, and the
+    module.
 
     q, k, v: (batch, num_heads, length, d_model // num_heads), in the compute dtype (as the
     model's projections produce them under autocast); the mask marks every token as real.
@@ -167,7 +173,7 @@ def make_attention_fwd_bwd(spec: CaseSpec) -> Callable[[], None]:
             out = attention(q, k, v, mask=mask, **token)
         out.backward(grad_out.to(out.dtype))
 
-    return fwd_bwd
+    return fwd_bwd, attention
 
 
 def _reset_peak_rss_mb() -> float:
@@ -178,7 +184,8 @@ def _reset_peak_rss_mb() -> float:
 
 
 def run_case(spec: CaseSpec) -> dict:
-    """Measure one case; returns ms, tokens_per_sec, peak_memory_mb, status ("ok"|"oom"), note.
+    """Measure one case; returns ms, tokens_per_sec, peak_memory_mb, backend (the code the
+    attention ran, see backend_used), status ("ok"|"oom"), note.
 
     Peak memory covers everything the case allocates: parameters, gradients, optimizer state,
     activations and inputs. CUDA: ``max_memory_allocated`` growth over the allocated memory
@@ -198,7 +205,7 @@ def run_case(spec: CaseSpec) -> dict:
         memory_before_mb = _reset_peak_rss_mb()
     make = make_model_step if spec.what == "model_step" else make_attention_fwd_bwd
     try:
-        fn = make(spec)
+        fn, module = make(spec)
         seconds = time_fn(fn, warmup=spec.warmup, repeats=spec.repeats, device=device)
     except Exception as error:  # only allocation failures are results; anything else is a bug
         if not is_out_of_memory(error):
@@ -207,8 +214,8 @@ def run_case(spec: CaseSpec) -> dict:
         if on_cuda:
             gc.collect()
             torch.cuda.empty_cache()
-        return {"ms": None, "tokens_per_sec": None, "peak_memory_mb": None, "status": "oom",
-                "note": "allocation failed (out of memory)"}
+        return {"ms": None, "tokens_per_sec": None, "peak_memory_mb": None, "backend": "",
+                "status": "oom", "note": "allocation failed (out of memory)"}
     if on_cuda:
         peak_mb = torch.cuda.max_memory_allocated(device) / 2**20 - memory_before_mb
     else:
@@ -217,6 +224,7 @@ def run_case(spec: CaseSpec) -> dict:
         "ms": seconds * 1000.0,
         "tokens_per_sec": spec.batch * spec.length / seconds,
         "peak_memory_mb": peak_mb,
+        "backend": backend_used(module) or "torch",
         "status": "ok",
         "note": "",
     }

@@ -33,7 +33,7 @@ from linarena.files import write_atomic
 
 CSV_COLUMNS = [
     "attention", "length", "what", "batch", "device", "dtype", "threads",
-    "ms", "tokens_per_sec", "peak_memory_mb", "status", "note",
+    "ms", "tokens_per_sec", "peak_memory_mb", "backend", "status", "note",
 ]
 # What a reader of the CSV needs (the plot, the W&B dashboard), and which of it are numbers.
 READ_COLUMNS = ("attention", "length", "what", "ms", "peak_memory_mb", "status")
@@ -79,7 +79,7 @@ def skip_reason(
 
 
 def _failed(status: str, note: str) -> dict:
-    return {"ms": None, "tokens_per_sec": None, "peak_memory_mb": None,
+    return {"ms": None, "tokens_per_sec": None, "peak_memory_mb": None, "backend": "",
             "status": status, "note": note}
 
 

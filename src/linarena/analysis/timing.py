@@ -64,3 +64,30 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and (
         "out of memory" in message or "can't allocate memory" in message
     )
+
+
+def peak_allocated_mb(fn: Callable[[], object], device: torch.device) -> float:
+    """The most memory `fn` holds at once beyond what existed before it ran, in MB: every
+    tensor it allocates (kept for backward, temporaries), counted from the allocator's own
+    records, so the result does not depend on how the C library hands memory back to the OS.
+
+    CUDA: the caching allocator's peak statistics. CPU: torch.profiler's memory records (each
+    allocation and free with its size), summed in time order.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as profiler:
+        fn()
+    records = [event for event in profiler.profiler.kineto_results.events()
+               if event.name() == "[memory]"]
+    held = peak = 0
+    for event in sorted(records, key=lambda event: event.start_ns()):
+        held += event.nbytes()  # negative for a free
+        peak = max(peak, held)
+    return peak / 2**20

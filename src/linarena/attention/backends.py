@@ -54,3 +54,11 @@ def check_backend(backend: str, name: str, causal: bool, no_fla_kernel: str | No
     if not torch.cuda.is_available():
         raise ValueError(f"{name}: backend='fla' runs fla-core's Triton kernels, which need a "
                          "CUDA device, and none is available. Use backend=auto or torch.")
+
+
+def backend_used(module: torch.nn.Module) -> str | None:
+    """The code the attention layers in `module` (a model, or one layer) ran on their last
+    forward call: "torch", "fla", or "fla+torch" when layers differ (fla takes a layer's causal
+    CUDA calls only); None if no attention layer has run yet."""
+    used = {m.backend_used for m in module.modules() if getattr(m, "backend_used", None)}
+    return "+".join(sorted(used)) or None

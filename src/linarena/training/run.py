@@ -14,6 +14,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
+from linarena.attention.backends import backend_used
 from linarena.errors import NonFiniteStateError
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.system import code_version
@@ -72,7 +73,8 @@ def train(cfg: DictConfig) -> float:
     def run_fields() -> dict[str, Any]:
         """summary.json's facts about this run, finished or diverged."""
         return {"output_dir": str(output_dir), "device": parts.module.device.type,
-                "commit": commit, "world_size": parts.perf.world_size,
+                "attention_backend": backend_used(parts.module), "commit": commit,
+                "world_size": parts.perf.world_size,
                 "global_step": trainer.global_step,
                 "duration_s": round(time.monotonic() - started, 1), "resumes": history}
 
