@@ -59,7 +59,7 @@ def test_compiles_as_one_graph_and_matches_eager(op, causal):
     args = [x.requires_grad_(True) for x in args]
     mask = torch.arange(21)[None, :] < 15
     results = []
-    # Chunks of 18 tokens: two chunks, the second partial; per-feature gates in sub-chunks of 9.
+    # Chunks of 18 tokens: two chunks, the second partial; per-feature gates in halves (padded to 32 inside).
     for f in (torch.compile(fn, backend="aot_eager", fullgraph=True), fn):
         out = f(*args, causal=causal, mask=mask, chunk_size=18)
         results.append((out, *torch.autograd.grad((out * out.cos()).sum(), args)))

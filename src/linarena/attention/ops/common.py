@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from linarena.attention.kernels.common import tokens_per_chunk
 from linarena.attention.validation import empty_output
 
 
@@ -143,30 +144,84 @@ def no_tokens(
     return out, inputs.q.new_zeros(batch, heads, k_dim, like.shape[-1], dtype=dtype)
 
 
-def to_chunks(x: Tensor, chunk_size: int) -> Tensor:
-    """(batch, heads, n, ...) -> (batch, heads, n_chunks, chunk_size, ...), zero-padded at the
-    end (a zero token with log gate 0 and beta 0 changes nothing)."""
-    extra = (-x.shape[2]) % chunk_size
-    if extra:
-        pad = [0, 0] * (x.dim() - 3) + [0, extra]
-        x = F.pad(x, pad)
-    return x.unflatten(2, (-1, chunk_size))
+@dataclass(frozen=True)
+class Pass:
+    """One pass of a chunked engine over a (batch, heads, n, .) tensor: chunks of `size` tokens
+    of the sequence, or of the sequence reversed (the second pass of a bidirectional call).
+
+    Reversed pass position t reads token n - 1 - t, and for the log gates (gate=True) token
+    n - t: step t of the reversed recurrence decays by the gate of the token after it, step 0 by
+    none. Positions with no token read as zeros: a zero token with log gate 0 and beta 0 changes
+    nothing, so blocks are padded with them.
+    """
+
+    length: int
+    size: int
+    reverse: bool
+
+    def _span(self, lo: int, hi: int, gate: bool) -> tuple[int, int, int, int]:
+        """(first, end) token of the sequence and (first, end) position in the flattened block
+        of chunks lo..hi that they fill."""
+        first, end = lo * self.size, min(hi * self.size, self.length)
+        if not self.reverse:
+            return first, end, 0, end - first
+        shift = int(gate)
+        t_lo = max(first, shift)
+        return self.length - end + shift, self.length - t_lo + shift, t_lo - first, end - first
+
+    def read(self, x: Tensor, lo: int, hi: int, gate: bool = False) -> Tensor:
+        """Chunks lo..hi of x as a contiguous (batch, heads, hi - lo, size, .) tensor."""
+        a, b, p_lo, p_hi = self._span(lo, hi, gate)
+        block = x[:, :, a:b].flip(2) if self.reverse else x[:, :, a:b].contiguous()
+        pad = (hi - lo) * self.size - p_hi
+        if p_lo or pad:
+            block = F.pad(block, [0, 0] * (x.dim() - 3) + [p_lo, pad])
+        return block.unflatten(2, (hi - lo, self.size))
+
+    def write(self, target: Tensor, block: Tensor, lo: int, hi: int, gate: bool = False,
+              add: bool = False) -> None:
+        """Store (add: add) a (batch, heads, hi - lo, size, .) block into the tokens of target
+        (batch, heads, n, .) it was read from."""
+        a, b, p_lo, p_hi = self._span(lo, hi, gate)
+        values = block.flatten(2, 3)[:, :, p_lo:p_hi]
+        values = values.flip(2) if self.reverse else values
+        if add:
+            target[:, :, a:b] += values
+        else:
+            target[:, :, a:b] = values
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.length // self.size)
+
+    def blocks(self, like: Tensor, width: int) -> list[tuple[int, int]]:
+        """(lo, hi) chunks of each block (see block_bounds)."""
+        return block_bounds(self.chunks, self.size, like, width)
 
 
-def from_chunks(x: Tensor, length: int) -> Tensor:
-    """(batch, heads, n_chunks, chunk_size, d) -> (batch, heads, length, d)."""
-    return x.flatten(2, 3)[:, :, :length]
+def passes(length: int, size: int, causal: bool) -> list[Pass]:
+    """The passes of a call: forwards, and when bidirectional strictly backwards too."""
+    return [Pass(length, size, False)] + ([] if causal else [Pass(length, size, True)])
 
 
-def reverse(inputs: OpInputs) -> OpInputs:
-    """The sequence backwards, for the backward pass of a bidirectional op. Reversed step t is
-    token i = n-1-t and gets the log gate g_{i+1} (0 for the first step), so that a strict-causal
-    pass over it gives the state B_i: tokens j > i, decayed by exp(g_{i+1} + ... + g_j)."""
-    q, k, v, beta = (None if x is None else x.flip(2)
-                     for x in (inputs.q, inputs.k, inputs.v, inputs.beta))
-    gate = inputs.log_gate.flip(2)
-    gate = torch.cat([torch.zeros_like(gate[:, :, :1]), gate[:, :, :-1]], dim=2)
-    return OpInputs(q, k, v, gate, beta, None, inputs.scale)
+# A block's tensors hold CHUNK_FLOATS / BLOCK_SHARE floats (1 MB in float32). Measured at 16K
+# tokens on 2 cores, against 4 MB: as fast or faster, and the backward passes, which keep a few
+# dozen of a block's tensors alive at once, need 50 to 115 MB less.
+BLOCK_SHARE = 4
+
+
+def block_bounds(chunks: int, size: int, like: Tensor, width: int) -> list[tuple[int, int]]:
+    """(first, end) chunk of each block for a chunked pass: chunks of `size` tokens, as many as
+    keep a block's (batch, heads, tokens, width) tensors within CHUNK_FLOATS / BLOCK_SHARE. A
+    fresh tensor of the whole sequence is slow on CPU (tens of MB: every page faults in again);
+    one of a block is not, and its elementwise passes work in cache."""
+    per_block = tokens_per_chunk(like, width, size, BLOCK_SHARE) // size
+    return [(lo, min(lo + per_block, chunks)) for lo in range(0, chunks, per_block)]
+
+
+def reverse_cumsum(x: Tensor, dim: int) -> Tensor:
+    """sum over t' >= t along dim: the gradient of a cumulative sum."""
+    return x.flip(dim).cumsum(dim).flip(dim)
 
 
 def causal_tril(size: int, strict: bool, device: torch.device) -> Tensor:
@@ -174,21 +229,17 @@ def causal_tril(size: int, strict: bool, device: torch.device) -> Tensor:
     return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1 if strict else 0)
 
 
-# (inputs, chunk_size, strict) -> (unscaled outputs, final state): an op's causal chunked pass.
-ChunkedPass = Callable[[OpInputs, int, bool], tuple[Tensor, Tensor]]
+# (inputs, chunk_size, causal) -> (scaled outputs, final state): an op's chunked engine, which
+# adds a strict pass over the reversed sequence when bidirectional.
+ChunkedOp = Callable[[OpInputs, int, bool], tuple[Tensor, Tensor]]
 
 
-def run_torch(inputs: OpInputs, chunked: ChunkedPass, chunk_size: int, causal: bool,
+def run_torch(inputs: OpInputs, chunked: ChunkedOp, chunk_size: int, causal: bool,
               like: Tensor, return_state: bool) -> Tensor | tuple[Tensor, Tensor]:
-    """The torch backend of an op: its chunked pass in full precision, run forwards and, when
-    bidirectional, strictly backwards on the reversed sequence (token i counts once); scaled and
-    cast to `like`'s dtype (v's)."""
+    """The torch backend of an op: its chunked engine in full precision (token i counts once
+    when bidirectional), cast to `like`'s dtype (v's)."""
     dtype = compute_dtype(inputs.q, inputs.k, inputs.v)
     with full_precision(inputs.q.device):
-        inputs = inputs.to(dtype)
-        out, state = chunked(inputs, chunk_size, False)
-        if not causal:
-            back, _ = chunked(reverse(inputs), chunk_size, True)
-            out = out + back.flip(2)
-    out = (inputs.scale * out).to(like.dtype)
+        out, state = chunked(inputs.to(dtype), min(chunk_size, inputs.q.shape[2]), causal)
+    out = out.to(like.dtype)
     return (out, state) if return_state else out

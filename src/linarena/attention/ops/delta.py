@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from functools import partial
+
 from torch import Tensor
 
-from linarena.attention.ops.common import (
-    OpInputs,
-    causal_tril,
-    from_chunks,
-    no_tokens,
-    prepare,
-    run_torch,
-    to_chunks,
-)
+from linarena.attention.ops.common import no_tokens, prepare, run_torch
+from linarena.attention.ops.delta_engine import delta_chunks
 
 
 def delta_rule(
@@ -37,11 +31,13 @@ def delta_rule(
     state of the same recurrence run backwards from the last token, at position i before it
     absorbs token i (stepping back from l+1 to l decays by exp(g_{l+1})): token i counts once.
 
-    Computed by chunks of `chunk_size` tokens in the WY / UT form: per chunk,
-    T = (I + tril(diag(beta) (Gamma * K K^T), -1))^-1 diag(beta) by a unit-triangular solve
-    (Gamma_ts = exp(G_t - G_s), G the log gates summed from the chunk's start), W = T diag(exp(G))
-    K and U = T V, so the chunk's updates are U - W S_0 given the state S_0 at its start.
-    Memory for autograd is O(n): one state per chunk, never one per token.
+    Computed by chunks of `chunk_size` tokens in the WY / UT form (see
+    linarena.attention.ops.delta_engine): per chunk, T = (I + tril(diag(beta) (Gamma * K K^T),
+    -1))^-1 by a unit-triangular solve (Gamma_ts = exp(G_t - G_s), G the log gates summed from
+    the chunk's start), W = T diag(beta exp(G)) K and U = T diag(beta) V, so the chunk's updates
+    are U - W S_0 given the state S_0 at its start. One autograd Function with a hand-written
+    backward: autograd keeps q, k, v, beta, the gates and one state per chunk and pass, the rest
+    is recomputed. Not twice differentiable.
 
     Dtypes: float64 inputs are computed in float64; anything else in float32 with autocast
     off, the output cast back to v's dtype. Returns out (batch, heads, n, v_dim), and with
@@ -61,38 +57,5 @@ def delta_rule(
 
         return fla.delta_rule_fla(inputs, gate_given=log_gate is not None, causal=causal,
                                   return_state=return_state)
-    return run_torch(inputs, _chunked, chunk_size, causal, v, return_state)
-
-
-def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, Tensor]:
-    """Unscaled outputs S_t^T q_t (strict: the state after the decay of step t, before token t
-    is absorbed) and the final state."""
-    q, k, v, beta = inputs.q, inputs.k, inputs.v, inputs.beta
-    batch, heads, length, k_dim = q.shape
-    size = min(chunk_size, length)
-    qc, kc, vc = (to_chunks(x, size) for x in (q, k, v))
-    bc = to_chunks(beta, size)[..., None]  # (b, h, chunks, c, 1)
-    cum = to_chunks(inputs.log_gate, size).cumsum(dim=3)  # (b, h, chunks, c, 1)
-    gap = cum - cum.transpose(-1, -2)  # (b, h, chunks, c, c): G_t - G_s
-    earlier = causal_tril(size, True, q.device)
-    within = torch.exp(torch.where(earlier, gap, -torch.inf))
-    system = torch.eye(size, dtype=q.dtype, device=q.device) + bc * (kc @ kc.transpose(-1, -2)) * within
-    w = torch.linalg.solve_triangular(system, bc * torch.exp(cum) * kc, upper=False, unitriangular=True)
-    u = torch.linalg.solve_triangular(system, bc * vc, upper=False, unitriangular=True)
-    visible = causal_tril(size, strict, q.device)
-    scores = (qc @ kc.transpose(-1, -2)) * torch.exp(torch.where(visible, gap, -torch.inf))
-    q_decayed = qc * torch.exp(cum)
-    k_decayed = kc * torch.exp(cum[:, :, :, -1:] - cum)
-    decay = torch.exp(cum[:, :, :, -1:])  # (b, h, chunks, 1, 1)
-    state = inputs.initial_state
-    if state is None:
-        state = q.new_zeros(batch, heads, k_dim, v.shape[-1])
-    outs = []
-    # unbind, not x[:, :, i]: the backward of an index writes a full-size gradient per chunk
-    # (quadratic in length), unbind's stacks the chunks' gradients once.
-    per_chunk = (x.unbind(2) for x in (u, w, q_decayed, scores, decay, k_decayed))
-    for u_i, w_i, q_i, scores_i, decay_i, k_i in zip(*per_chunk, strict=True):
-        updates = u_i - w_i @ state
-        outs.append(q_i @ state + scores_i @ updates)
-        state = decay_i * state + k_i.transpose(-1, -2) @ updates
-    return from_chunks(torch.stack(outs, dim=2), length), state
+    engine = partial(delta_chunks, gated=log_gate is not None)
+    return run_torch(inputs, engine, chunk_size, causal, v, return_state)

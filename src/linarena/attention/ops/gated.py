@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from functools import partial
+
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
-from linarena.attention.ops.common import (
-    OpInputs,
-    causal_tril,
-    from_chunks,
-    no_tokens,
-    prepare,
-    run_torch,
-    to_chunks,
-)
-
-# Per-feature gates: the diagonal blocks of a chunk hold an explicit (c, c, k_dim) decay tensor,
-# so c is kept small; blocks between sub-chunks use a factorised decay (see _intra_chunk).
-SUB_CHUNK = 16
+from linarena.attention.ops.common import no_tokens, prepare, run_torch
+from linarena.attention.ops.gated_engine import gated_chunks
 
 
 def gated_linear_attention(
@@ -42,11 +31,13 @@ def gated_linear_attention(
     decays by exp(g_{l+1})). Token i counts once, and o_i = scale * sum_j (q_i * k_j * D_ij) . v_j
     with D_ij = exp(g_{min(i,j)+1} + ... + g_{max(i,j)}), D_ii = 1.
 
-    Computed by chunks of `chunk_size` tokens: exact attention with the decay matrix inside a
-    chunk, the state carried across chunks; the backward pass of a bidirectional call is a
-    strict-causal pass over the reversed sequence. Memory for autograd is O(n): one state per
-    chunk; with per-feature gates, the intra-chunk part is recomputed in the backward pass
-    (torch.utils.checkpoint) instead of keeping its (16, 16, k_dim) decay tensors.
+    Computed by chunks of `chunk_size` tokens (linarena.attention.ops.gated_engine): exact
+    attention with the decay inside a chunk (a (c, c) decay matrix for per-head gates, a
+    hierarchy of matrix products for per-feature gates, never a (c, c, k_dim) tensor; every
+    exponent <= 0, so any gate strength is exact), the state carried across chunks; the
+    backward half of a bidirectional call is a strict-causal pass over the reversed sequence.
+    One autograd Function with a hand-written backward: autograd keeps q, k, v, the gates and
+    one state per chunk and pass, the rest is recomputed. Not twice differentiable.
 
     Dtypes: float64 inputs are computed in float64; anything else in float32 with autocast
     off, the output cast back to v's dtype. Returns out (batch, heads, n, v_dim), and with
@@ -66,79 +57,5 @@ def gated_linear_attention(
 
         return fla.gated_linear_attention_fla(inputs, gate_given=log_gate is not None,
                                               causal=causal, return_state=return_state)
-    return run_torch(inputs, _chunked, chunk_size, causal, v, return_state)
-
-
-def _chunked(inputs: OpInputs, chunk_size: int, strict: bool) -> tuple[Tensor, Tensor]:
-    """Unscaled sum_{j <= i} (q_i * k_j * D_ij) . v_j (j < i when strict) plus the initial
-    state's part, and the final state."""
-    q, k, v, gate = inputs.q, inputs.k, inputs.v, inputs.log_gate
-    batch, heads, length, k_dim = q.shape
-    size = min(chunk_size, length)
-    qc, kc, vc = (to_chunks(x, size) for x in (q, k, v))
-    cum = to_chunks(gate, size).cumsum(dim=3)  # (b, h, chunks, c, g), relative to the chunk
-    last = cum[:, :, :, -1:]  # the chunk's total log decay
-    if cum.shape[-1] == 1:
-        intra = _intra_chunk(qc, kc, vc, cum, strict)
-    else:
-        # Recomputed in the backward pass: autograd would keep about 24 k_dim floats a token
-        # (decay tensors of the sub-chunks), instead of q, k, v and the gates alone.
-        intra = checkpoint(_intra_chunk, qc, kc, vc, cum, strict, use_reentrant=False)
-    # The state of one chunk's keys at its end, and the decay of the state through the chunk.
-    added = (kc * torch.exp(last - cum)).transpose(-1, -2) @ vc  # (b, h, chunks, k_dim, v_dim)
-    decay = torch.exp(last).transpose(-1, -2)  # (b, h, chunks, g, 1)
-    state = inputs.initial_state
-    if state is None:
-        state = q.new_zeros(batch, heads, k_dim, v.shape[-1])
-    before = []
-    # unbind, not decay[:, :, i]: the backward of an index writes a full-size gradient per chunk
-    # (quadratic in length), unbind's stacks the chunks' gradients once.
-    for decay_i, added_i in zip(decay.unbind(2), added.unbind(2), strict=True):
-        before.append(state)
-        state = decay_i * state + added_i
-    inter = (qc * torch.exp(cum)) @ torch.stack(before, dim=2)
-    return from_chunks(intra + inter, length), state
-
-
-def _sub_chunk(chunk: int, gate_width: int) -> int:
-    """Sub-chunk size: the whole chunk for per-head gates (the decay is a (c, c) matrix), else
-    the largest divisor of the chunk up to SUB_CHUNK."""
-    if gate_width == 1:
-        return chunk
-    return max(d for d in range(1, min(chunk, SUB_CHUNK) + 1) if chunk % d == 0)
-
-
-def _intra_chunk(q: Tensor, k: Tensor, v: Tensor, cum: Tensor, strict: bool) -> Tensor:
-    """sum over keys j of the same chunk, j <= i (j < i when strict), of (q_i * k_j * D_ij) . v_j
-    with D_ij = exp(cum_i - cum_j). Shapes (b, h, chunks, c, .).
-
-    Exact and without overflow: inside a sub-chunk, D is an explicit tensor of exponents <= 0.
-    For keys in earlier sub-chunks, D_ij = exp(cum_i - cum_r) * exp(cum_r - cum_j) with r the
-    last token before the query's sub-chunk: both exponents <= 0.
-    """
-    chunk, width = cum.shape[-2], cum.shape[-1]
-    sub = _sub_chunk(chunk, width)
-    parts = chunk // sub
-    qs, ks, vs, cs = (x.unflatten(-2, (parts, sub)) for x in (q, k, v, cum))
-    out = _diagonal_blocks(qs, ks, vs, cs, strict)
-    if parts > 1:
-        ref = torch.cat([torch.zeros_like(cs[..., :1, -1, :]), cs[..., :-1, -1, :]], dim=-2)
-        q_ref = qs * torch.exp(cs - ref[..., None, :])  # (b, h, chunks, parts, sub, k_dim)
-        earlier = torch.arange(chunk, device=q.device) < sub * torch.arange(parts, device=q.device)[:, None]
-        gap = torch.where(earlier[..., None], ref[..., :, None, :] - cum[..., None, :, :], -torch.inf)
-        k_ref = k[..., None, :, :] * torch.exp(gap)  # (b, h, chunks, parts, chunk, k_dim)
-        out = out + (q_ref @ k_ref.transpose(-1, -2)) @ v[..., None, :, :]
-    return out.flatten(-3, -2)
-
-
-def _diagonal_blocks(q: Tensor, k: Tensor, v: Tensor, cum: Tensor, strict: bool) -> Tensor:
-    """The part of _intra_chunk between tokens of one sub-chunk, with the explicit decay tensor.
-    Shapes (b, h, chunks, parts, sub, .)."""
-    visible = causal_tril(q.shape[-2], strict, q.device)[..., None]
-    gap = torch.where(visible, cum[..., :, None, :] - cum[..., None, :, :], -torch.inf)
-    decay = torch.exp(gap)  # (b, h, chunks, parts, sub, sub, g)
-    if cum.shape[-1] == 1:
-        scores = (q @ k.transpose(-1, -2)) * decay[..., 0]
-    else:
-        scores = (q[..., :, None, :] * k[..., None, :, :] * decay).sum(dim=-1)
-    return scores @ v
+    engine = partial(gated_chunks, gated=log_gate is not None)
+    return run_torch(inputs, engine, chunk_size, causal, v, return_state)
