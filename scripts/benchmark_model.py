@@ -26,8 +26,8 @@ import pandas as pd
 import torch
 
 from linarena.analysis.bench_args import (
+    OUTPUT_DIR,
     REPO_ROOT,
-    RESULTS_DIR,
     check_device,
     check_out,
     flat_lengths,
@@ -79,9 +79,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="skip a case whose predicted time (previous length's time x growth "
                              "x calls) exceeds this; on CPU also kills a case after twice it "
                              f"plus start-up (default {CPU_DEFAULT_MAX_SECONDS:g} on CPU, none on CUDA)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "benchmark_model",
-                        help="folder for benchmark_model.csv and .png (default: results/ in the "
-                             "repository)")
+    parser.add_argument("--out", type=Path, default=OUTPUT_DIR,
+                        help="folder for benchmark_model.csv and .png (default: "
+                             "outputs/benchmarks/ in the repository)")
     parser.add_argument("--tiny", action="store_true", help="tiny model and lengths (tests)")
     parser.add_argument("--replot", action="store_true",
                         help="only redraw benchmark_model.png from the CSV in --out (no timing)")

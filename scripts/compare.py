@@ -16,4 +16,4 @@ from pathlib import Path
 from linarena.analysis.compare import main
 
 if __name__ == "__main__":
-    sys.exit(main(default_out=Path(__file__).resolve().parents[1] / "results" / "compare"))
+    sys.exit(main(default_out=Path(__file__).resolve().parents[1] / "outputs" / "compare"))

@@ -7,8 +7,8 @@ that reached 90% and that success rate with its 95% Wilson interval) and <name>.
 marked †), each with its provenance record in <out>/provenance.json.
 
     python train.py -m experiment=mqar_mixture_cpu attention=softmax,elu,taylor seed=1,2,3 \\
-        hydra.sweep.dir=results/mqar_mixture
-    python scripts/mqar_mixture.py --runs results/mqar_mixture --out docs/results
+        hydra.sweep.dir=outputs/studies/mqar_mixture
+    python scripts/mqar_mixture.py --runs outputs/studies/mqar_mixture --out docs/results
 """
 
 from __future__ import annotations

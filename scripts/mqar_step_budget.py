@@ -9,8 +9,7 @@ runs CSV it wrote counts those runs as finished too). Then writes into --out <na
 with the success rate's 95% Wilson interval, median best step, median gain) and <name>.md (that table), with their provenance records.
 
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \\
-        --max-steps 4000 --jobs 2 --root results/mqar_step_budget --out docs/results \\
-        --study docs/results/mqar_state_size_runs.csv
+        --max-steps 4000 --jobs 2 --out docs/results --study docs/results/mqar_state_size_runs.csv
 """
 
 from __future__ import annotations
@@ -28,6 +27,8 @@ from linarena.studies.step_budget import caption, chosen_points, compare, compar
 from linarena.studies.step_budget import plan as plan_tasks
 from linarena.studies.study import pending, run_tasks, write_report
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -41,8 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="only these variants (default: every file of conf/attention/)")
     parser.add_argument("--max-steps", type=int, required=True,
                         help="trainer.max_steps of the longer runs")
-    parser.add_argument("--root", type=Path, default=Path("results/mqar_step_budget"),
-                        help="folder of the run folders")
+    parser.add_argument("--root", type=Path,
+                        default=REPO_ROOT / "outputs" / "studies" / "mqar_step_budget",
+                        help="folder of the run folders (default outputs/studies/mqar_step_budget)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--report-only", action="store_true", help="do not train; report only")

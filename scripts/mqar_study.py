@@ -16,8 +16,8 @@ provenance record in <out>/provenance.json.
     python scripts/mqar_study.py --preset mqar_study_cpu --report-only --out docs/results
     python scripts/mqar_study.py --preset mqar_study_gpu --jobs 8 --threads 2
     python scripts/mqar_study.py --jobs 2 study.short_conv=[3] trainer.max_steps=3000
-    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --root results/mqar_study \
-        --out docs/results --resume-from docs/results/mqar_state_size_runs.csv
+    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --out docs/results \
+        --resume-from docs/results/mqar_state_size_runs.csv
 
 Overrides of the study: block (study.widths=..., study.seeds=..., study.lr_seed=null) change the
 grid; the others go to every train.py run.
@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--preset", default="mqar_study_cpu",
                         help="a conf/experiment/ preset with a study: block")
     parser.add_argument("--root", type=Path, default=None,
-                        help="folder of the run folders (default outputs/<preset>)")
+                        help="folder of the run folders (default outputs/studies/<preset>)")
     parser.add_argument("--attention", nargs="+", default=None,
                         help="only these variants (default: every file of conf/attention/)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
@@ -71,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    root = args.root or REPO_ROOT / "outputs" / args.preset
+    root = args.root or REPO_ROOT / "outputs" / "studies" / args.preset
     out = args.out or root
     try:
         grid = load_grid(args.preset, [o for o in args.overrides if o.startswith("study.")])

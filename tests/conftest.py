@@ -25,16 +25,19 @@ LINEAR_VARIANTS = [name for name in VARIANTS if is_linear(name)]
 
 
 def build(name: str, causal: bool, head_dim: int = HEAD_DIM, max_length: int = 64,
-          chunk_size: int | None = 8, seed: int = 0, heads: int = HEADS) -> nn.Module:
+          chunk_size: int | None = 8, seed: int = 0, heads: int = HEADS,
+          rotary: nn.Module | None = None) -> nn.Module:
     """The module `attention=<name>` builds in training, with small causal chunks (so short
     inputs span several) and the global seed set (Performer's seedless draw, learned maps).
-    A core that reads the token comes wrapped in TokenFromQ (model width heads * head_dim)."""
+    A core that reads the token comes wrapped in TokenFromQ (model width heads * head_dim).
+    `rotary`: relative positions, passed as the model passes them (model.positions=rope)."""
     factory = load_variant(name, {"max_length": max_length, "num_heads": heads,
                                   "d_model": heads * head_dim})
     torch.manual_seed(seed)
     chunks = {"chunk_size": chunk_size} if chunk_size and issubclass(
         factory.func, LinearAttention) else {}
-    attn = factory(head_dim=head_dim, causal=causal, **chunks)
+    positions = {} if rotary is None else {"rotary": rotary}
+    attn = factory(head_dim=head_dim, causal=causal, **chunks, **positions)
     return TokenFromQ(attn) if getattr(attn, "reads_token", False) else attn
 
 

@@ -108,7 +108,7 @@ def test_lengths_and_out_are_read_as_benchmark_model_reads_them(tmp_path: Path,
         assert model_args(["--lengths", *lengths]).lengths == [256, 512]
     assert parse_args(["--out", "a/b.csv"]).out == tmp_path / "a" / "b.csv"
     assert model_args(["--out", "a"]).out == tmp_path / "a"
-    assert parse_args([]).out.parent == model_args([]).out.parent == REPO_ROOT / "results"
+    assert parse_args([]).out.parent == model_args([]).out == REPO_ROOT / "outputs" / "benchmarks"
 
 
 def test_a_slower_variant_is_called_slower() -> None:

@@ -303,7 +303,7 @@ def test_a_summary_that_is_not_an_object_is_a_clear_error(tmp_path: Path, capsys
 
 
 def test_scatter_names_are_numbered_only_for_a_task_several_sweeps_share(tmp_path: Path) -> None:
-    """results/sweeps/{listops,mqar} (one task each) keep scatter_<task>.png, the names the
+    """outputs/sweeps/{listops,mqar} (one task each) keep scatter_<task>.png, the names the
     README and the golden cases use; two sweeps of one task get scatter_<number>_<task>.png."""
     sweeps = {"a-listops": "listops", "b-text": "text", "c-listops-again": "listops"}
     for sweep, task in sweeps.items():

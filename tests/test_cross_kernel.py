@@ -169,7 +169,7 @@ def test_the_published_interval_of_three_of_three_by_hand() -> None:
 
 def load_script():
     spec = importlib.util.spec_from_file_location(
-        "cross_kernel_check", REPO_ROOT / "scripts" / "cross_kernel_check.py")
+        "cross_kernel_check", REPO_ROOT / "scripts" / "maintainer" / "cross_kernel_check.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     return script

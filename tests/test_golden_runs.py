@@ -2,7 +2,7 @@
 
 A failure means the code no longer reproduces the results named in the message. Either rerun
 them (the command given) or mark them stale, then pin the new losses with
-`python scripts/golden_runs.py`. A refactor that changes no number passes.
+`python scripts/maintainer/golden_runs.py`. A refactor that changes no number passes.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ CASES = PINNED["cases"]
 
 def test_pinned_file_matches_the_golden_settings():
     assert (PINNED["steps"], PINNED["batch"], PINNED["seed"]) == (STEPS, BATCH, SEED), (
-        "golden settings changed: pin the losses again with python scripts/golden_runs.py")
+        "golden settings changed: pin the losses again with "
+        "python scripts/maintainer/golden_runs.py")
 
 
 @pytest.mark.parametrize("key", sorted(CASES))
@@ -62,8 +63,8 @@ def test_golden(key: str) -> None:
             f"golden run {key} changed: {what} {new:.7f}, pinned {old:.7f} "
             f"(relative tolerance {tolerance}). The code no longer gives the numbers of "
             f"docs/results/ {files}. Rerun them: {entry['rerun']}; or mark them stale: "
-            f"python scripts/provenance.py --stale {files} --reason '<what changed>'. "
-            "Then pin the new losses: python scripts/golden_runs.py", pytrace=False)
+            f"python scripts/maintainer/provenance.py --stale {files} --reason '<what changed>'. "
+            "Then pin the new losses: python scripts/maintainer/golden_runs.py", pytrace=False)
 
 
 def test_mixture_golden_run_is_deterministic_and_fast() -> None:
@@ -91,7 +92,7 @@ def test_every_published_attention_has_its_golden_runs_pinned() -> None:
     their golden runs too, or a later change to those variants would go unnoticed."""
     missing = [case_key(case) for case in published_cases() if case_key(case) not in CASES]
     assert not missing, (f"{len(missing)} published golden cases are not pinned, e.g. "
-                         f"{missing[:3]}: python scripts/golden_runs.py")
+                         f"{missing[:3]}: python scripts/maintainer/golden_runs.py")
 
 
 def test_a_result_not_run_yet_has_no_golden_cases(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def test_cls_is_a_zero_initialised_vector_at_position_zero() -> None:
     with torch.no_grad():
         model.embedding.cls.normal_()
         embedded = model.embedding(tokens)
-    positions = model.embedding.learned_positions.weight
+    positions = model.embedding.positions.table.weight
     assert embedded.shape == (1, 6, 16)
     torch.testing.assert_close(embedded[0, 0], model.embedding.cls + positions[0])
     torch.testing.assert_close(embedded[0, 1:], model.embedding.tokens(tokens)[0] + positions[1:6])
@@ -157,7 +157,7 @@ def test_gradients_reach_every_parameter(head_kind: str) -> None:
 
 def test_learned_positions_are_an_embedding_table() -> None:
     model = make_model(positions="learned")
-    assert model.embedding.learned_positions.num_embeddings == 24 + 1  # + the CLS position
+    assert model.embedding.positions.table.num_embeddings == 24 + 1  # + the CLS position
     tokens, mask = right_padded([5], total=5)
     assert model(tokens, mask).shape == (1, 5)
 

@@ -187,7 +187,7 @@ def test_a_table_not_run_yet_says_how_to_make_it(tmp_path: Path) -> None:
     assert set(STAGES) == set(TABLES)
     assert render("mqar_mixture", tmp_path).strip() == (
         "Not run yet (docs/results/mqar_mixture.csv, docs/results/mqar_mixture.md missing): "
-        "`bash scripts/reproduce_results.sh mixture`")
+        "`bash scripts/maintainer/reproduce_results.sh mixture`")
 
 
 def test_a_real_run_is_reported(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """backend="fla": the adapter's layout, scale, gate and state conventions, checked on CPU with
 fla's own pure-PyTorch references standing in for its Triton kernels; on CUDA, fla's kernels
-themselves against backend="torch" (run by scripts/gpu_check.sh)."""
+themselves against backend="torch" (run by scripts/maintainer/gpu_check.sh)."""
 
 from __future__ import annotations
 

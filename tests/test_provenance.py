@@ -12,7 +12,7 @@ import torch
 
 from linarena import system
 from linarena.analysis.provenance import (
-    RESULTS_DIR,
+    PUBLISHED_DIR,
     command_line,
     load,
     mark_stale,
@@ -26,9 +26,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_committed_result_has_a_provenance_record() -> None:
-    assert unrecorded(RESULTS_DIR) == []
-    for name, entry in load(RESULTS_DIR).items():
-        assert (RESULTS_DIR / name).is_file(), f"record for a missing file {name}"
+    assert unrecorded(PUBLISHED_DIR) == []
+    for name, entry in load(PUBLISHED_DIR).items():
+        assert (PUBLISHED_DIR / name).is_file(), f"record for a missing file {name}"
         assert len(entry["commit"]) == 40 and entry["command"], name
         assert {"torch", "device", "threads", "cpu", "gpu"} <= set(entry["environment"]), name
 
@@ -75,12 +75,13 @@ def test_a_stale_mark_needs_a_reason_and_a_record(tmp_path: Path) -> None:
 
 def test_tables_are_regenerated_with_the_stale_mark(tmp_path: Path) -> None:
     folder = tmp_path / "results"
-    shutil.copytree(RESULTS_DIR, folder)
+    shutil.copytree(PUBLISHED_DIR, folder)
     readme = tmp_path / "README.md"
     readme.write_text((REPO_ROOT / "README.md").read_text())
     assert write_tables(readme, folder)  # as committed: nothing changes
     assert readme.read_text() == (REPO_ROOT / "README.md").read_text(), (
-        "README.md tables differ from docs/results: run python scripts/results_tables.py")
+        "README.md tables differ from docs/results: run "
+        "python scripts/maintainer/results_tables.py")
     records = json.loads((folder / "provenance.json").read_text())
     records["results.csv"]["stale"] = {"commit": "f" * 40, "reason": "a new init"}
     (folder / "provenance.json").write_text(json.dumps(records))

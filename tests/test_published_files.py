@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from linarena.analysis.provenance import RESULTS_DIR, load, record
+from linarena.analysis.provenance import PUBLISHED_DIR, load, record
 from linarena.analysis.result_files import ResultFileError, read_csv_checked
 from linarena.analysis.results_tables import write_tables
 from linarena.errors import LinarenaError
@@ -22,9 +22,9 @@ BENCH = "benchmark_attention.csv"
 
 
 def load_script(name: str):
-    """scripts/<name>.py as a module."""
-    spec = importlib.util.spec_from_file_location(f"{name}_script",
-                                                  REPO_ROOT / "scripts" / f"{name}.py")
+    """scripts/<name>.py as a module (a user tool, or maintainer/<tool>)."""
+    path = REPO_ROOT / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_script", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -34,7 +34,7 @@ def load_script(name: str):
 def published(tmp_path: Path) -> tuple[Path, Path]:
     """A copy of docs/results and of README.md, as committed."""
     folder = tmp_path / "results"
-    shutil.copytree(RESULTS_DIR, folder)
+    shutil.copytree(PUBLISHED_DIR, folder)
     readme = tmp_path / "README.md"
     readme.write_text((REPO_ROOT / "README.md").read_text())
     return folder, readme
@@ -53,7 +53,7 @@ def test_results_tables_refuses_a_csv_cut_mid_row_and_leaves_the_readme(
     folder, readme = published
     before = readme.read_text()
     line = cut_mid_row(folder / BENCH)
-    script = load_script("results_tables")
+    script = load_script("maintainer/results_tables")
     assert script.main(["--readme", str(readme), "--folder", str(folder)]) != 0
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
@@ -110,11 +110,11 @@ def test_a_truncated_provenance_file_names_the_position_and_the_fix(
     path.write_text(path.read_text()[:500])
     with pytest.raises(ResultFileError, match=rf"{path}:\d+:\d+: .*git restore"):
         load(folder)
-    script = load_script("results_tables")
+    script = load_script("maintainer/results_tables")
     assert script.main(["--readme", str(readme), "--folder", str(folder), "--check"]) != 0
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and f"{path}:" in error
-    assert load_script("provenance").main(["--folder", str(folder)]) == 2
+    assert load_script("maintainer/provenance").main(["--folder", str(folder)]) == 2
     assert capsys.readouterr().err.strip().startswith(f"provenance.py: error: {path}:")
     path.write_text("[1, 2]\n")
     with pytest.raises(ResultFileError, match="not a provenance file"):
@@ -126,7 +126,7 @@ def test_write_tables_refuses_every_kind_of_damaged_source(published: tuple[Path
     (folder / "results.csv").write_text("")
     with pytest.raises(ResultFileError, match=r"results\.csv: damaged, an empty file"):
         write_tables(readme, folder)
-    shutil.copyfile(RESULTS_DIR / "results.csv", folder / "results.csv")
+    shutil.copyfile(PUBLISHED_DIR / "results.csv", folder / "results.csv")
     study = folder / "mqar_state_size.csv"
     study.write_text(study.read_text().replace(",cosFormer,", ",cosFormer,x,", 1))
     with pytest.raises(ResultFileError, match=r"mqar_state_size\.csv:2: .* fields"):
@@ -136,7 +136,7 @@ def test_write_tables_refuses_every_kind_of_damaged_source(published: tuple[Path
 def damaged_archive(tmp_path: Path) -> tuple[Path, int]:
     """The committed study runs CSV, cut in the middle of a row."""
     path = tmp_path / "runs.csv"
-    shutil.copyfile(RESULTS_DIR / "mqar_state_size_runs.csv", path)
+    shutil.copyfile(PUBLISHED_DIR / "mqar_state_size_runs.csv", path)
     return path, cut_mid_row(path)
 
 
@@ -147,7 +147,7 @@ def test_a_damaged_study_csv_is_called_damaged_not_another_study(tmp_path: Path)
     with pytest.raises(ResultFileError, match=rf"{path}:{line}: damaged, ") as caught:
         load_archive(path, protocol)
     assert "another study" not in str(caught.value)
-    runs = pd.read_csv(RESULTS_DIR / "mqar_state_size_runs.csv")
+    runs = pd.read_csv(PUBLISHED_DIR / "mqar_state_size_runs.csv")
     runs.loc[3, "max_steps"] = None  # a blank cell where the protocol needs a value
     runs.to_csv(path, index=False)
     with pytest.raises(ResultFileError, match=rf"{path}:5: damaged, no value in column 'max_steps'"):
@@ -189,7 +189,7 @@ def test_an_unknown_preset_is_one_line_listing_the_presets(
 
 def test_replot_refuses_a_damaged_benchmark_csv(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    shutil.copyfile(RESULTS_DIR / "benchmark_model.csv", tmp_path / "benchmark_model.csv")
+    shutil.copyfile(PUBLISHED_DIR / "benchmark_model.csv", tmp_path / "benchmark_model.csv")
     line = cut_mid_row(tmp_path / "benchmark_model.csv")
     script = load_script("benchmark_model")
     assert script.main(["--replot", "--out", str(tmp_path)]) == 2
@@ -200,6 +200,6 @@ def test_replot_refuses_a_damaged_benchmark_csv(
 
 
 def test_every_committed_csv_reads_whole() -> None:
-    for path in sorted(RESULTS_DIR.glob("*.csv")):
+    for path in sorted(PUBLISHED_DIR.glob("*.csv")):
         assert len(read_csv_checked(path)) > 0, path
-    assert json.loads((RESULTS_DIR / "provenance.json").read_text()) == load(RESULTS_DIR)
+    assert json.loads((PUBLISHED_DIR / "provenance.json").read_text()) == load(PUBLISHED_DIR)

@@ -18,7 +18,7 @@ from mqar_helpers import PRESET, fake_run
 from training_helpers import compose_config
 
 from linarena.analysis.attention_benchmark import parse_args as attention_parse_args
-from linarena.analysis.provenance import RESULTS_DIR, load
+from linarena.analysis.provenance import PUBLISHED_DIR, load
 from linarena.analysis.results_captions import shown_command
 from linarena.analysis.results_tables import TABLES, render
 
@@ -39,7 +39,7 @@ def study_script():
 def folder(tmp_path: Path) -> Path:
     """A copy of docs/results, to change."""
     copy = tmp_path / "results"
-    shutil.copytree(RESULTS_DIR, copy)
+    shutil.copytree(PUBLISHED_DIR, copy)
     return copy
 
 
@@ -48,7 +48,7 @@ def test_every_table_has_one_short_caption_per_record_and_a_one_run_command(name
     text = render(name)
     captions = CAPTION.findall(text)
     sources = TABLES[name][0]
-    records = load(RESULTS_DIR)
+    records = load(PUBLISHED_DIR)
     commits = {records[source]["commit"][:10] for source in sources}
     assert len(captions) == len({records[s]["command"] for s in sources}), captions
     for caption in captions:

@@ -10,9 +10,9 @@ measured side by side: einsum_elu (a straightforward einsum implementation of el
 and performer_pytorch (FastAttention from `performer-pytorch`, if installed: `pip install -e
 ".[bench]"`). The variants of one length are timed round-robin (median of --repeats calls
 each), so a machine whose speed drifts cannot favour one of them. Prints a table and writes a
-CSV (--out, default results/benchmark_attention.csv in the repository): peak_memory_mb is the
-most memory one forward+backward holds at once beyond its inputs and their gradients (CPU and
-CUDA), and backend the code each variant ran (--backend: auto, torch or fla, as
+CSV (--out, default outputs/benchmarks/benchmark_attention.csv in the repository):
+peak_memory_mb is the most memory one forward+backward holds at once beyond its inputs and their
+gradients (CPU and CUDA), and backend the code each variant ran (--backend: auto, torch or fla, as
 `attention.backend` in training; a variant that cannot honour it is skipped with the reason). Bidirectional runs with `performer` also measure
 its approximation error against exact softmax attention, on random and on clustered inputs at
 several q, k scales, against performer-pytorch with the same projections
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from linarena.analysis.bench_args import (
-    RESULTS_DIR,
+    OUTPUT_DIR,
     check_device,
     check_out,
     flat_lengths,
@@ -188,8 +188,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="skip a case whose predicted fwd+bwd time exceeds this")
     parser.add_argument("--error-scales", type=float, nargs="*", default=[0.25, 0.5, 1.0],
                         help="q, k scales of the Performer approximation-error table (none: skip)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "benchmark_attention.csv",
-                        help="CSV to write (default: results/ in the repository)")
+    parser.add_argument("--out", type=Path, default=OUTPUT_DIR / "benchmark_attention.csv",
+                        help="CSV to write (default: outputs/benchmarks/ in the repository)")
     args = parser.parse_args(argv)
     args.lengths = flat_lengths(args.lengths)
     names = [name for item in args.variants for name in item.split(",") if name]

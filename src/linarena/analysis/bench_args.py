@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-RESULTS_DIR = REPO_ROOT / "results"  # where --out defaults to, for every benchmark
+OUTPUT_DIR = REPO_ROOT / "outputs" / "benchmarks"  # where --out defaults to, for every benchmark
 
 
 def positive_int(text: str) -> int:

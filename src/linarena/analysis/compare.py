@@ -126,7 +126,7 @@ def steps_warnings(records: Iterable[RunRecord]) -> list[str]:
             for task, budgets in sweeps.items() if len(budgets) > 1]
 
 
-def main(argv: list[str] | None = None, default_out: Path = Path("results/compare")) -> int:
+def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compare")) -> int:
     """scripts/compare.py; returns the exit status (2 for bad input, with a one-line error)."""
     args = parse_args(argv, default_out)
     try:

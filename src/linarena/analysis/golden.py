@@ -7,7 +7,7 @@ the preset's optimizer and schedule, in float32 on the CPU. Its losses and param
 (before each step and after the last) are pinned in tests/golden/golden_losses.json; tests/test_golden_runs.py
 recomputes them. A change that moves them changes the preset's numbers, so the results listed
 with the case (files of docs/results/) no longer come from the code: rerun them or mark them
-stale (scripts/provenance.py --stale).
+stale (scripts/maintainer/provenance.py --stale).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from torch.nn import functional as F
 
 from linarena.analysis.bench_cases import TEXT_MODEL, CaseSpec, build_classifier
-from linarena.analysis.provenance import RESULTS_DIR
+from linarena.analysis.provenance import PUBLISHED_DIR
 from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.variants import CONF_DIR
 from linarena.data.batching import IGNORE_INDEX
@@ -41,20 +41,20 @@ SEED = 1          # the training seed of the published runs' first seed
 BENCH_LENGTH = 32  # tokens per sequence in the benchmark model's golden run
 
 LISTOPS_RERUN = ("python train.py -m attention=<the variants> seed=1,2,3 "
-                 "trainer.max_steps=300 hydra.sweep.dir=results/sweeps/listops, then "
-                 "python scripts/compare.py --runs results/sweeps --published --out docs/results "
-                 "(bash scripts/reproduce_results.sh runs both)")
+                 "trainer.max_steps=300 hydra.sweep.dir=outputs/sweeps/listops, then "
+                 "python scripts/compare.py --runs outputs/sweeps --published --out docs/results "
+                 "(bash scripts/maintainer/reproduce_results.sh sweeps runs both)")
 MQAR_CPU_RERUN = ("python train.py -m experiment=mqar_cpu attention=<the variants> "
-                  "seed=1,2,3 hydra.sweep.dir=results/sweeps/mqar, then "
-                  "python scripts/compare.py --runs results/sweeps --published --out docs/results")
+                  "seed=1,2,3 hydra.sweep.dir=outputs/sweeps/mqar, then "
+                  "python scripts/compare.py --runs outputs/sweeps --published --out docs/results")
 STUDY_RERUN = ("python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 "
                "--out docs/results, then scripts/mqar_step_budget.py (bash "
-               "scripts/reproduce_results.sh study runs both)")
+               "scripts/maintainer/reproduce_results.sh study runs both)")
 BENCH_RERUN = "python scripts/benchmark_model.py --out docs/results"
 MIXTURE_RERUN = ("python train.py -m experiment=mqar_mixture_cpu attention=<the variants> "
-                 "seed=1,2,3 hydra.sweep.dir=results/mqar_mixture, then python "
-                 "scripts/mqar_mixture.py --runs results/mqar_mixture --out docs/results "
-                 "(bash scripts/reproduce_results.sh mixture runs both)")
+                 "seed=1,2,3 hydra.sweep.dir=outputs/studies/mqar_mixture, then python "
+                 "scripts/mqar_mixture.py --runs outputs/studies/mqar_mixture --out docs/results "
+                 "(bash scripts/maintainer/reproduce_results.sh mixture runs both)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +100,7 @@ def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str],
     return found
 
 
-def published(csv: str, folder: Path = RESULTS_DIR) -> list[str]:
+def published(csv: str, folder: Path = PUBLISHED_DIR) -> list[str]:
     """The attentions of a published result (its CSV in `folder`); none for one not run yet."""
     path = folder / csv
     if not path.is_file():
@@ -109,9 +109,9 @@ def published(csv: str, folder: Path = RESULTS_DIR) -> list[str]:
     return sorted(set(table["attention"]))
 
 
-def published_cases(folder: Path = RESULTS_DIR) -> list[GoldenCase]:
+def published_cases(folder: Path = PUBLISHED_DIR) -> list[GoldenCase]:
     """The golden cases of the results published in `folder`, over the attentions each holds:
-    a rerun that adds attentions adds their cases (pinned by scripts/golden_runs.py)."""
+    a rerun that adds attentions adds their cases (pinned by scripts/maintainer/golden_runs.py)."""
     return cases(published("results.csv", folder), published("benchmark_model.csv", folder),
                  published("mqar_state_size.csv", folder), published("mqar_mixture.csv", folder))
 

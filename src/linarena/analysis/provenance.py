@@ -34,7 +34,7 @@ from linarena.analysis.result_files import PROVENANCE_FILE, count_rows, read_pro
 from linarena.files import write_text_atomic
 from linarena.system import REPO_ROOT, cpu_model, current_commit
 
-RESULTS_DIR = REPO_ROOT / "docs" / "results"
+PUBLISHED_DIR = REPO_ROOT / "docs" / "results"  # what the README publishes
 
 
 def environment() -> dict[str, Any]:
@@ -60,7 +60,7 @@ def command_line(script: str | Path, argv: Sequence[str] | None = None) -> str:
     return " ".join(["python", str(shown), *map(shlex.quote, args)])
 
 
-def load(folder: Path = RESULTS_DIR) -> dict[str, dict[str, Any]]:
+def load(folder: Path = PUBLISHED_DIR) -> dict[str, dict[str, Any]]:
     """The records of `folder`/provenance.json ({} when there is none); a damaged file is a
     ResultFileError naming the position and how to restore it."""
     return read_provenance(folder)
@@ -103,7 +103,7 @@ def record(paths: Iterable[str | Path], command: str) -> None:
         _update(folder, add)
 
 
-def mark_stale(name: str, reason: str, folder: Path = RESULTS_DIR) -> dict[str, Any]:
+def mark_stale(name: str, reason: str, folder: Path = PUBLISHED_DIR) -> dict[str, Any]:
     """Mark result `name` stale at this commit, for `reason`; returns its record."""
     if not reason.strip():
         raise ValueError("say why the result is stale: --reason '<what changed>'")
@@ -118,7 +118,7 @@ def mark_stale(name: str, reason: str, folder: Path = RESULTS_DIR) -> dict[str, 
     return _update(folder, mark)[name]
 
 
-def unrecorded(folder: Path = RESULTS_DIR) -> list[str]:
+def unrecorded(folder: Path = PUBLISHED_DIR) -> list[str]:
     """Result files in `folder` without a provenance record."""
     records = load(folder)
     return sorted(path.name for path in folder.iterdir()

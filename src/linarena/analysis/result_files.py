@@ -1,12 +1,12 @@
 """The one reader of the files results are published from: a CSV is read whole or refused.
 
-Every reader of a results CSV (scripts/results_tables.py, the report scripts' --resume-from and
---study files, benchmark_model.py --replot, the W&B dashboard, the golden runs) goes through
-:func:`read_csv_checked`, and provenance.json through :func:`read_provenance`. A file that does
-not parse completely (a row with the wrong number of fields, a last line cut without its
-newline, a word where a number belongs, an empty file) or that holds fewer or more rows than its
-provenance record promises is a :class:`ResultFileError`: one line naming the file and line and
-saying how to get a whole copy back.
+Every reader of a results CSV (scripts/maintainer/results_tables.py, the report scripts'
+--resume-from and --study files, benchmark_model.py --replot, the W&B dashboard, the golden runs)
+goes through :func:`read_csv_checked`, and provenance.json through :func:`read_provenance`. A
+file that does not parse completely (a row with the wrong number of fields, a last line cut
+without its newline, a word where a number belongs, an empty file) or that holds fewer or more
+rows than its provenance record promises is a :class:`ResultFileError`: one line naming the file
+and line and saying how to get a whole copy back.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class ResultFileError(LinarenaError, ValueError):
 def _restore(path: Path) -> str:
     """How to get a whole copy of `path` back."""
     return (f"restore it (`git restore {path}` for a committed file) or rerun the command that "
-            f"wrote it (`python scripts/provenance.py --folder {path.parent}` lists them)")
+            f"wrote it (`python scripts/maintainer/provenance.py --folder {path.parent}` lists "
+            "them)")
 
 
 def read_provenance(folder: Path) -> dict[str, dict[str, Any]]:
@@ -43,7 +44,7 @@ def read_provenance(folder: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
     fix = (f"restore it with `git restore {path}` (the scripts that write results add their "
-           "records again when rerun: bash scripts/reproduce_results.sh)")
+           "records again when rerun: bash scripts/maintainer/reproduce_results.sh)")
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:

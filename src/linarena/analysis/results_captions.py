@@ -50,8 +50,8 @@ def caption_lines(sources: Sequence[str], records: dict[str, dict[str, Any]], st
                   flags: Sequence[str] = ()) -> list[str]:
     """The caption of a table made from `sources` (file names in docs/results/): a line per
     distinct (command, commit, machine, date), then a stale mark per reason; `stage` is the
-    scripts/reproduce_results.sh stage that remakes the files, `flags` those the command shows
-    (shown_command)."""
+    scripts/maintainer/reproduce_results.sh stage that remakes the files, `flags` those the
+    command shows (shown_command)."""
     lines, stale_marks = [], []
     groups: dict[tuple[str, str, str, str], list[str]] = {}
     for source in sources:
@@ -65,8 +65,9 @@ def caption_lines(sources: Sequence[str], records: dict[str, dict[str, Any]], st
         stale = entry.get("stale")
         if stale:
             stale_marks.append(f"> **Stale** (marked at {(stale.get('commit') or '?')[:10]}): "
-                               f"{stale['reason']}. Rerun it (`bash scripts/reproduce_results.sh "
-                               f"{stage}`), then `python scripts/results_tables.py`.")
+                               f"{stale['reason']}. Rerun it (`bash "
+                               f"scripts/maintainer/reproduce_results.sh {stage}`), then "
+                               "`python scripts/maintainer/results_tables.py`.")
     for (command, commit, where, date), names in groups.items():
         shown, after_runs = shown_command(command, flags)
         runs = f" after the training runs (their commands: {RECORDS})" if after_runs else ""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from linarena.analysis.provenance import RESULTS_DIR, load
+from linarena.analysis.provenance import PUBLISHED_DIR, load
 from linarena.analysis.result_files import read_csv_checked
 from linarena.analysis.results_captions import caption_lines
 from linarena.analysis.results_points import (
@@ -118,19 +118,19 @@ TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
                          written_table("mqar_step_budget.md")),
     "mqar_mixture": (("mqar_mixture.csv", "mqar_mixture.md"), written_table("mqar_mixture.md")),
 }
-# name -> the scripts/reproduce_results.sh stage that writes its source files.
+# name -> the scripts/maintainer/reproduce_results.sh stage that writes its source files.
 STAGES = {"attention": "bench", "attention_causal": "bench", "performer_error": "bench",
           "model": "bench", "training": "sweeps", "mqar_state_size": "study",
           "mqar_step_budget": "study", "mqar_mixture": "mixture"}
 
 
-def render(name: str, folder: Path = RESULTS_DIR) -> str:
+def render(name: str, folder: Path = PUBLISHED_DIR) -> str:
     """The text between the markers of table `name`: caption, table, one-run command."""
     sources, make = TABLES[name]
     missing = [source for source in sources if not (folder / source).is_file()]
     if missing:
         files = ", ".join(f"docs/results/{source}" for source in missing)
-        return (f"\nNot run yet ({files} missing): `bash scripts/reproduce_results.sh "
+        return (f"\nNot run yet ({files} missing): `bash scripts/maintainer/reproduce_results.sh "
                 f"{STAGES[name]}`\n")
     for source in sources:
         if source.endswith(".csv"):
@@ -140,7 +140,7 @@ def render(name: str, folder: Path = RESULTS_DIR) -> str:
     return "\n".join(["", *lines, "", make(folder), *(["", points] if points else []), ""])
 
 
-def write_tables(readme: Path, folder: Path = RESULTS_DIR) -> list[str]:
+def write_tables(readme: Path, folder: Path = PUBLISHED_DIR) -> list[str]:
     """Replace every marked table of `readme`; returns the names replaced."""
     text = readme.read_text()
     done = []

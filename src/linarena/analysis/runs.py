@@ -45,6 +45,8 @@ class RunRecord:
     # long the run took (summary.json duration_s; None where unknown).
     max_steps: int | None = None
     duration_s: float | None = None
+    # model.positions (None where the run does not say).
+    positions: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -135,14 +137,24 @@ def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRec
             raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
     metrics = read_metrics(summary["metrics"], where, schema_version(summary, where))
     hparams = summary.get("hparams")
-    max_steps = hparams.get("max_steps") if isinstance(hparams, Mapping) else None
+    hparams = hparams if isinstance(hparams, Mapping) else {}
+    max_steps = hparams.get("max_steps")
+    # Summaries written before hparams had it still hold it in their resolved config.
+    positions = hparams.get("positions") or _model_setting(summary.get("config"), "positions")
     return RunRecord(
         task=str(summary["task"]), attention=str(summary["attention"]), seed=int(summary["seed"]),
         metrics=metrics, source=where, sweep=str(summary.get("sweep") or sweep),
         debug=bool(summary.get("debug", False)),
         max_steps=None if max_steps is None else int(max_steps),
         duration_s=_number(summary.get("duration_s")),
+        positions=None if positions is None else str(positions),
     )
+
+
+def _model_setting(config: Any, key: str) -> Any:
+    """config["model"][key] of a resolved run config, or None."""
+    model = config.get("model") if isinstance(config, Mapping) else None
+    return model.get(key) if isinstance(model, Mapping) else None
 
 
 def _folder_sweep(path: Path, root: Path) -> str:
@@ -155,8 +167,8 @@ def _folder_sweep(path: Path, root: Path) -> str:
 
 def _portable_sweep(label: str, path: Path) -> str:
     """A sweep label whose folder is absolute (a multirun folder outside paths.log_dir, e.g.
-    hydra.sweep.dir=results/sweeps/mqar) names it as the run was found, e.g.
-    "results/sweeps/mqar: ...", so a table does not carry one machine's paths. A folder that
+    hydra.sweep.dir=my_sweeps/mqar) names it as the run was found, e.g.
+    "my_sweeps/mqar: ...", so a table does not carry one machine's paths. A folder that
     holds no ancestor of ``path`` (runs moved elsewhere) keeps its label."""
     folder, separator, settings = label.partition(": ")
     if not Path(folder).is_absolute():
@@ -232,12 +244,14 @@ def record_from_wandb_run(run: Any) -> RunRecord:
                          "name = '{attention}-s{seed}' (as linarena's training logs runs); "
                          "leave it out with --filter")
     max_steps = (config.get("trainer") or {}).get("max_steps")
+    positions = _model_setting(config, "positions")
     return RunRecord(
         task=str(task), attention=str(attention), seed=int(seed),
         metrics=read_metrics(dict(run.summary), where, SCHEMA_VERSION),
         source="/".join(run.path), sweep=str(config.get("sweep") or "runs"),
         debug=bool(config.get("debug")) or run.group == "debug",
         max_steps=None if max_steps is None else int(max_steps),
+        positions=None if positions is None else str(positions),
     )
 
 
@@ -264,13 +278,13 @@ def load_wandb_runs(
 
 
 def drop_reruns(records: list[RunRecord]) -> tuple[list[RunRecord], list[str]]:
-    """Within one sweep, two runs of one task, attention and seed are a rerun of the same
-    setting (e.g. `python train.py` twice): the last one found is kept, since runs are found
+    """Within one sweep, two runs of one task, attention, positions and seed are a rerun of the
+    same setting (e.g. `python train.py` twice): the last one found is kept, since runs are found
     in folder order and run folders are named by start time. Returns (kept, notes)."""
-    kept: dict[tuple[str, str, str, int], RunRecord] = {}
+    kept: dict[tuple[str, str, str, int, str | None], RunRecord] = {}
     notes = []
     for record in sorted(records, key=lambda r: r.source):
-        key = (record.sweep, record.task, record.attention, record.seed)
+        key = (record.sweep, record.task, record.attention, record.seed, record.positions)
         if key in kept:
             notes.append(f"{key[1]}/{key[2]}/seed {key[3]} in '{key[0]}' ran twice: using "
                          f"{record.source}, not {kept[key].source}")

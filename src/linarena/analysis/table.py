@@ -33,23 +33,24 @@ PUBLISHED_ACC_PCT: dict[tuple[str, str], tuple[float | None, str]] = {
 }
 
 
-# A row of the table: runs of one sweep, task and attention with one step budget.
-KEYS = ["sweep", "task", "attention", "max_steps"]
+# A row of the table: runs of one sweep, task and attention with one kind of positions
+# (model.positions) and one step budget.
+KEYS = ["sweep", "task", "attention", "positions", "max_steps"]
 
 
 def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.DataFrame:
-    """One row per (sweep, task, attention, max_steps): n (finished runs), n_failed (runs
-    without a finite test accuracy, left out of the means), ``<name>_mean`` / ``<name>_std`` per
+    """One row per (sweep, task, attention, positions, max_steps): n (finished runs), n_failed
+    (runs without a finite test accuracy, left out of the means), ``<name>_mean`` / ``<name>_std`` per
     compared metric (in table units, e.g. accuracy in percent) and ``duration_s_median`` (the
-    median time a run took; NaN where the runs do not say). max_steps is NaN for runs whose
-    summary does not give it.
+    median time a run took; NaN where the runs do not say). positions and max_steps are NaN for
+    runs whose summary does not give them.
 
     std is the sample std (ddof=1), NaN when n = 1. With ``published``, adds
     ``published_test_acc_pct`` and ``published_source`` (blank where nothing was published).
     """
     metrics = compared_metrics()
     runs = pd.DataFrame([
-        {"sweep": r.sweep, "task": r.task, "attention": r.attention,
+        {"sweep": r.sweep, "task": r.task, "attention": r.attention, "positions": r.positions,
          "max_steps": float("nan") if r.max_steps is None else r.max_steps, "failed": r.failed,
          "duration_s": float("nan") if r.duration_s is None else r.duration_s,
          **{m.name: (float("nan") if r.failed or r.metrics.get(m.key) is None
@@ -88,14 +89,14 @@ def _mean_std(mean: float, std: float, digits: int) -> str:
 
 def to_markdown(table: pd.DataFrame) -> str:
     """The table as Markdown: one row per task x attention (its display label, as in the
-    plots), "mean ± std" cells (std over seeds) of each compared metric, then the runs' step
-    budget; a sweep column first when the table holds several sweeps, a "failed" column when
-    some run failed."""
+    plots), "mean ± std" cells (std over seeds) of each compared metric, then the runs' positions
+    and step budget; a sweep column first when the table holds several sweeps, a "failed" column
+    when some run failed."""
     metrics = compared_metrics()
     several = table["sweep"].nunique() > 1
     any_failed = bool(table["n_failed"].gt(0).any())
     headers = ["task", "attention", "n (seeds)", *(["failed"] if any_failed else []),
-               *(m.column for m in metrics), "steps (max)"]
+               *(m.column for m in metrics), "positions", "steps (max)"]
     if several:
         headers.insert(0, "sweep")
     # Only when some task here has a published number (listops_small, mqar, ... have none).
@@ -106,10 +107,11 @@ def to_markdown(table: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for _, row in table.iterrows():
         steps = "–" if pd.isna(row["max_steps"]) else f"{row['max_steps']:,.0f}"
+        positions = "–" if pd.isna(row["positions"]) else row["positions"]
         cells = [row["task"], attention_label(row["attention"]), str(row["n"]),
                  *([str(row["n_failed"])] if any_failed else []),
                  *(_mean_std(row[f"{m.name}_mean"], row[f"{m.name}_std"], m.digits)
-                   for m in metrics), steps]
+                   for m in metrics), positions, steps]
         if several:
             cells.insert(0, row["sweep"])
         if has_published:
@@ -119,7 +121,8 @@ def to_markdown(table: pd.DataFrame) -> str:
         "",
         "Mean ± sample standard deviation (ddof=1) over training seeds; no ± when n = 1.",
         "tokens/s and peak memory are the training runs' own measurements (see each run's "
-        "device and precision); steps (max): trainer.max_steps of the runs.",
+        "device and precision); positions: model.positions of the runs; steps (max): "
+        "trainer.max_steps of the runs.",
     ]
     if any_failed:
         notes.append("failed: runs without a finite test accuracy (diverged); they are not in "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from linarena.attention.linear import LinearAttention
 from linarena.attention.maps.cosformer import CosformerFeatures
+from linarena.attention.rotation import Rotation
 
 
 class CosformerAttention(LinearAttention):
@@ -12,7 +13,7 @@ class CosformerAttention(LinearAttention):
 
     Args:
         max_length: M in causal mode (required there); ignored when bidirectional.
-        head_dim, causal, eps, chunk_size, backend: see LinearAttention.
+        head_dim, causal, eps, chunk_size, backend, rotary: see LinearAttention.
     """
 
     def __init__(
@@ -23,9 +24,10 @@ class CosformerAttention(LinearAttention):
         eps: float = 1e-6,
         chunk_size: int = 64,
         backend: str = "auto",
+        rotary: Rotation | None = None,
     ) -> None:
         super().__init__(head_dim, causal, feature_map=CosformerFeatures(max_length), eps=eps,
-                         chunk_size=chunk_size, backend=backend)
+                         chunk_size=chunk_size, backend=backend, rotary=rotary)
 
     @property
     def max_length(self) -> int | None:

@@ -14,6 +14,7 @@ from linarena.attention.feature_map import FeatureMap
 from linarena.attention.features import ChunkFeatures
 from linarena.attention.kernels import TORCH, LinearAttentionState
 from linarena.attention.recurrent.output_norm import OutputNorm
+from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import (
     check_attention_inputs,
     check_head_dim,
@@ -45,6 +46,19 @@ class LinearAttention(nn.Module):
         output_norm: "denominator" (the division above, only) or "rms" / "group": that
             division, then an RMS or group norm of each head's output, as the gated variants
             use (linarena.attention.recurrent.output_norm).
+        rotary: relative positions (linarena.attention.rotation), or None. q and k are rotated
+            by their positions before the map, not RoFormer's linear form (phi(q), phi(k)
+            rotated after it in the numerator only): the kernels get numerator and denominator
+            from one product with the augmented state [S | z] (and one score matrix per chunk),
+            so both share one set of features; RoFormer's form needs a second set, i.e. a
+            second state and score matrix, and their backward passes, in all three kernels.
+            Rotating phi in both instead makes the denominator a sum of signed terms that can
+            reach 0. Before the map, the denominator stays the map's own positive sum and every
+            kernel is unchanged; the weights then depend on i - j only for maps that are
+            functions of q . k (Based's Taylor map exactly, its first feature_dim components
+            forming whole pairs when feature_dim is even; Performer's in expectation), not for
+            elementwise maps (elu+1, relu^2, cosFormer's relu), whose q, k then also carry
+            each token's absolute position.
     """
 
     def __init__(
@@ -57,6 +71,7 @@ class LinearAttention(nn.Module):
         chunk_size: int = 64,
         backend: str = "auto",
         output_norm: str = "denominator",
+        rotary: Rotation | None = None,
     ) -> None:
         super().__init__()
         if output_norm == "none":
@@ -85,6 +100,7 @@ class LinearAttention(nn.Module):
         self.feature_map = copy.deepcopy(feature_map)
         self.feature_map.setup(head_dim, causal)
         self.output_norm = OutputNorm(output_norm, head_dim)
+        self.rotary = rotary
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -120,6 +136,7 @@ class LinearAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             context = self.feature_map.context(mask, batch, start + length, q.device)
             q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
+            q, k = rotate_from(self.rotary, q, k, start)
             positions = torch.arange(start, start + length, device=q.device)
             features = ChunkFeatures(self.feature_map, context, positions)
             if self.causal:
@@ -164,6 +181,7 @@ class LinearAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             context = self.feature_map.context(None, q.shape[0], position + 1, q.device)
             q, k, v = (x.to(dtype)[:, :, None] for x in (q, k, v))
+            q, k = rotate_from(self.rotary, q, k, position)
             positions = torch.arange(position, position + 1, device=q.device)
             features = ChunkFeatures(self.feature_map, context, positions)
             if state is None:

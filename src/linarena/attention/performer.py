@@ -6,6 +6,7 @@ from torch import Tensor
 
 from linarena.attention.linear import LinearAttention
 from linarena.attention.maps.performer import PerformerFeatures
+from linarena.attention.rotation import Rotation
 
 
 class PerformerAttention(LinearAttention):
@@ -24,7 +25,7 @@ class PerformerAttention(LinearAttention):
             to 0 gets output 0 (see kernels/common.py), and any fixed eps biases the estimator
             at large |q|, where its normalisers fall far below any fixed eps (1e-77 at
             |q| = 24, d = 16).
-        head_dim, causal, chunk_size, backend: see LinearAttention.
+        head_dim, causal, chunk_size, backend, rotary: see LinearAttention.
     """
 
     def __init__(
@@ -38,10 +39,11 @@ class PerformerAttention(LinearAttention):
         eps: float = 0.0,
         chunk_size: int = 64,
         backend: str = "auto",
+        rotary: Rotation | None = None,
     ) -> None:
         features = PerformerFeatures(num_features, kernel, redraw_interval, seed)
         super().__init__(head_dim, causal, feature_map=features, eps=eps, chunk_size=chunk_size,
-                         backend=backend)
+                         backend=backend, rotary=rotary)
         self.register_load_state_dict_pre_hook(_rename_pre_feature_map_keys)
 
     @property

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from linarena.attention.backends import check_backend
+from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import (
     check_attention_inputs,
     check_head_dim,
@@ -26,10 +27,12 @@ class SoftmaxAttention(nn.Module):
         backend: "auto" or "torch", which are the same here: PyTorch's fused kernels on every
             device (the flash or memory-efficient ones on CUDA). "fla" is refused: fla-core has
             no softmax kernel, and running SDPA under that name would make a run's record lie.
+        rotary: relative positions (linarena.attention.rotation): q and k rotated by their
+            positions before the scores, so that q_i . k_j depends on i - j (RoPE); None: none.
     """
 
     def __init__(self, head_dim: int, causal: bool = False, dropout: float = 0.0,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", rotary: Rotation | None = None) -> None:
         super().__init__()
         check_head_dim(head_dim, type(self).__name__)
         check_backend(backend, type(self).__name__, causal,
@@ -42,6 +45,7 @@ class SoftmaxAttention(nn.Module):
         self.head_dim = head_dim
         self.causal = causal
         self.dropout = dropout
+        self.rotary = rotary
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
@@ -56,6 +60,7 @@ class SoftmaxAttention(nn.Module):
         # torch.where, not a product (0 * NaN is NaN); a padded query too, or its NaN would
         # reach the keys' and values' gradients through the backward pass.
         q, k, v = (zero_padding(t, mask) for t in (q, k, v))
+        q, k = rotate_from(self.rotary, q, k, 0)
         if self.causal or mask is None:
             # Right padding: under a causal mask a real query never sees a padded key, so the
             # key mask is redundant and the flash kernel (which takes no explicit mask) stays usable.

@@ -2,7 +2,7 @@
 
 A rule is fitted on one half of a set of images and scored on the other half: an accuracy near
 0.5 means the cue carries no label information that such a rule can use. Used by the shortcut
-test and by ``scripts/pathfinder_statistics.py``.
+test and by ``scripts/maintainer/pathfinder_statistics.py``.
 """
 
 from __future__ import annotations

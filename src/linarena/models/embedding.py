@@ -1,36 +1,26 @@
-"""Token plus position embedding for integer token sequences (symbols, bytes or pixel values)."""
+"""Token embedding for integer token sequences (symbols, bytes or pixel values), with the
+model's position information (linarena.models.positions) added when its kind is absolute."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor, nn
 
-POSITION_KINDS = ("sinusoidal", "learned")
-
-
-def sinusoidal_table(num_positions: int, d_model: int) -> Tensor:
-    """The fixed table of Vaswani et al. (2017): (num_positions, d_model), sin on even dims,
-    cos on odd dims, wavelengths from 2 pi to 10000 * 2 pi."""
-    position = torch.arange(num_positions, dtype=torch.float32)[:, None]
-    rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    table = torch.zeros(num_positions, d_model)
-    table[:, 0::2] = torch.sin(position * rate)
-    table[:, 1::2] = torch.cos(position * rate[: d_model // 2])
-    return table
+from linarena.models.positions import build_positions, check_positions_kind
 
 
 class TokenPositionEmbedding(nn.Module):
-    """Embeds token ids, optionally puts a learned CLS vector in front, adds a position code,
-    then applies dropout (the order of LRA's TransformerEncoder).
+    """Embeds token ids, optionally puts a learned CLS vector in front, applies the position
+    kind's `embed` (a code added for sinusoidal and learned, nothing for none and rope), then
+    dropout (the order of LRA's TransformerEncoder).
 
     Args:
         num_tokens: rows of the token table; id 0 is padding (zero vector, no gradient; masked
             out everywhere, so its value never reaches a real position).
         d_model: embedding width.
         num_positions: longest token sequence accepted, CLS excluded.
-        positions: "sinusoidal" (fixed) or "learned".
+        positions: a kind of linarena.models.positions.POSITIONS; the object is `self.positions`
+            (the model hands it to the attention cores when it rotates q and k).
         dropout: dropout probability on the sum.
         cls: put a CLS vector (a parameter initialised at zero, as LRA's `cls`) in front; it takes
             position 0 and the tokens positions 1 .. length.
@@ -46,32 +36,26 @@ class TokenPositionEmbedding(nn.Module):
         cls: bool = False,
     ) -> None:
         super().__init__()
-        if positions not in POSITION_KINDS:
-            raise ValueError(
-                f"model.positions must be one of {list(POSITION_KINDS)}, got {positions!r}."
-            )
+        check_positions_kind(positions)
         self.tokens = nn.Embedding(num_tokens, d_model, padding_idx=0)
         self.cls = nn.Parameter(torch.zeros(d_model)) if cls else None
-        self.positions = positions
-        num_positions += int(cls)
-        if positions == "learned":
-            self.learned_positions = nn.Embedding(num_positions, d_model)
-            nn.init.normal_(self.learned_positions.weight, std=0.02)
-        else:
-            # Not persistent: it is a function of the shapes, so checkpoints need not carry it.
-            self.register_buffer(
-                "position_table", sinusoidal_table(num_positions, d_model), persistent=False
-            )
+        # Built after the token table: a learned table draws its initial values after it, so a
+        # seed gives the weights it gave before positions were a seam.
+        self.positions = build_positions(positions, d_model, num_positions + int(cls))
         self.dropout = nn.Dropout(dropout)
+        self.register_load_state_dict_pre_hook(_rename_learned_positions)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens: (batch, length) int64 -> (batch, length + 1 if cls else length, d_model)."""
         x = self.tokens(tokens)
         if self.cls is not None:
             x = torch.cat([self.cls.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
-        length = x.shape[1]
-        if self.positions == "learned":
-            position_codes = self.learned_positions.weight[:length]
-        else:
-            position_codes = self.position_table[:length]
-        return self.dropout(x + position_codes)
+        return self.dropout(self.positions.embed(x))
+
+
+def _rename_learned_positions(module, state_dict, prefix, *args) -> None:
+    """Checkpoints written before positions were a seam keep loading: their learned table
+    `learned_positions.weight` is now `positions.table.weight`."""
+    old = prefix + "learned_positions.weight"
+    if old in state_dict:
+        state_dict[prefix + "positions.table.weight"] = state_dict.pop(old)

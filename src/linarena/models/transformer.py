@@ -29,7 +29,8 @@ class TransformerClassifier(nn.Module):
         head_kind: "sequence" (one label per sequence), "pair" (one label per pair of documents,
             dual encoder: one encoder for both, then `pair_head`) or "token" (a label per
             position). Given by the data (the datamodule's `head_kind`), not by the model config.
-        attention: builds one attention core per layer: attention(head_dim=..., causal=...).
+        attention: builds one attention core per layer: attention(head_dim=..., causal=...),
+            plus rotary=<the positions object> when the positions kind rotates q and k.
         d_model, num_heads, num_layers, mlp_dim, dropout: Transformer sizes.
         qkv_dim: total q/k/v width over the heads (LRA's qkv_dim), so head_dim = qkv_dim //
             num_heads; None means d_model.
@@ -37,7 +38,9 @@ class TransformerClassifier(nn.Module):
         pooling: "cls" (a learned CLS vector in front), "mean" (mean over real tokens, i.e.
             where the mask is True) or "first" (the first position's output, no CLS: LRA's dual
             encoder); unused for head_kind "token".
-        positions: "sinusoidal" or "learned".
+        positions: a kind of linarena.models.positions.POSITIONS: "none", "sinusoidal" or
+            "learned" (added to the embedding), "rope" (q and k rotated in every attention
+            layer, each family at its own place: see linarena.attention.rotation).
         causal: position i attends to positions <= i only (needs mean pooling or head "token").
         pair_head: for head_kind "pair": "lra" ([u, v], two hidden layers) or "nli"
             ([u, v, u*v, u-v], one hidden layer).
@@ -76,13 +79,16 @@ class TransformerClassifier(nn.Module):
             vocab_size, d_model, max_length, positions, dropout, cls=self.uses_cls
         )
         head_dim = qkv_dim // num_heads
+        # One positions object, applied once: by the embedding, or (rope) by every attention
+        # core, which gets it here; the cores share it (a rotating kind holds no parameters).
+        rotary = {"rotary": self.embedding.positions} if self.embedding.positions.rotates else {}
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model,
                 num_heads,
                 mlp_dim,
                 dropout,
-                attention(head_dim=head_dim, causal=causal),
+                attention(head_dim=head_dim, causal=causal, **rotary),
                 qkv_dim,
                 short_conv,
             )

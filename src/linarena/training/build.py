@@ -32,7 +32,8 @@ ATTENTION_ARGS = ("head_dim", "causal")  # per layer, from the model (Transforme
 TRAINER_ARGS = ("callbacks", "logger", "precision", "plugins")
 INJECTED = {
     "model": {*DATAMODULE_ARGS, "attention"},
-    "attention": set(ATTENTION_ARGS),
+    # rotary: the positions object, passed by the model under model.positions=rope.
+    "attention": {*ATTENTION_ARGS, "rotary"},
     "trainer": set(TRAINER_ARGS),
 }
 

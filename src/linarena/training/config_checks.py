@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from linarena.attention import LinearAttention
 from linarena.errors import ConfigError
+from linarena.models.positions import check_positions_kind
 from linarena.training.build import ATTENTION_ARGS, INJECTED
 
 
@@ -95,6 +96,8 @@ def check_config(cfg: DictConfig) -> None:
     check_seed(cfg.get("seed"))
     check_validation_runs(cfg.trainer)
     model = cfg.model
+    if "positions" in model:  # a model of another _target_ may have no such setting
+        check_positions_kind(model.positions)
     check_attention_builds(cfg)
     if model.max_length < cfg.data.max_length:
         raise ConfigError(

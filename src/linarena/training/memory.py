@@ -50,8 +50,8 @@ def estimate_memory(cfg: DictConfig, accelerator: str) -> MemoryEstimate:
     width = int(model.get("qkv_dim") or d_model)
     table = (length + 1) * d_model * FLOAT32
     # Learned: weight, gradient and two AdamW moments. Sinusoidal: the table and one temporary
-    # of its size while it is computed.
-    position_table = table * (4 if model.get("positions") == "learned" else 2)
+    # of its size while it is computed. none and rope keep no table.
+    position_table = table * {"learned": 4, "sinusoidal": 2}.get(model.get("positions"), 0)
     precision = resolve_precision(cfg.trainer.precision, accelerator)
     element = 2 if "16" in precision else FLOAT32
     # Per layer and token, kept for the backward pass: the block input, its layer norm, q, k, v,

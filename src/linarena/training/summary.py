@@ -121,6 +121,7 @@ def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
         "dropout": cfg.model.dropout,
         "max_length": cfg.model.max_length,
         "pooling": cfg.model.pooling,
+        "positions": cfg.model.get("positions"),
         "pair_head": cfg.model.get("pair_head"),
         "attention_dropout": cfg.get("attention_dropout"),
         "causal": cfg.model.causal,

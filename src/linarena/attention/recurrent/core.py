@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from linarena.attention.backends import check_backend, fla_installed
 from linarena.attention.ops import delta_rule, fla, gated_linear_attention
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
+from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import (
     check_attention_inputs,
     check_head_dim,
@@ -93,6 +94,12 @@ class RecurrentAttention(nn.Module):
             autocast) with float32 states; "auto" takes them when fla is installed and has a
             kernel for the dtype (no float64; the delta rule's need bf16 / fp16). step() always
             runs the torch op (one token).
+        rotary: relative positions (linarena.attention.rotation), or None: the q and k the
+            state sees (after the variant's own transforms: DeltaNet's silu and L2 norm, so its
+            keys stay unit vectors) are rotated by their positions before the recurrence, as
+            RetNet rotates them (its paper's xPos, without xPos's extra per-position scale).
+            q_t . k_j then depends on t - j only; under GLA's gates, which differ between the
+            two features of a rotated pair, the gated product does not.
     """
 
     reads_token = True
@@ -101,7 +108,7 @@ class RecurrentAttention(nn.Module):
 
     def __init__(
         self, head_dim: int, causal: bool, output_norm: str, num_heads: int | None = None,
-        backend: str = "auto",
+        backend: str = "auto", rotary: Rotation | None = None,
     ) -> None:
         super().__init__()
         if output_norm == "denominator" and self.delta_rule:
@@ -119,14 +126,19 @@ class RecurrentAttention(nn.Module):
         self.num_heads = num_heads
         self.output_norm = output_norm
         self.norm = OutputNorm(output_norm, head_dim)
+        self.rotary = rotary
 
     def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
         """The op's inputs from q, k, v (batch, heads, n, head_dim) and x (batch, n, d_model)."""
         raise NotImplementedError
 
-    def recurrence_inputs(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
-        """recurrence(), with a column of ones appended to v for the denominator."""
+    def recurrence_inputs(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None,
+                          start: int = 0) -> Recurrence:
+        """recurrence() of the tokens at positions start .. start + n - 1, its q and k rotated
+        with a rotary, and a column of ones appended to v for the denominator."""
         r = self.recurrence(q, k, v, x)
+        q, k = rotate_from(self.rotary, r.q, r.k, start)
+        r = r._replace(q=q, k=k)
         if self.output_norm == "denominator":
             r = r._replace(v=torch.cat([r.v, torch.ones_like(r.v[..., :1])], dim=-1))
         return r
@@ -161,6 +173,7 @@ class RecurrentAttention(nn.Module):
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         if initial_state is not None:
             self._check_state(initial_state, q, dtype)
+        position = 0 if initial_state is None else initial_state.position
         out_dtype = v.dtype
         use_fla = self._runs_fla(v)
         self.backend_used = "fla" if use_fla else "torch"
@@ -170,7 +183,7 @@ class RecurrentAttention(nn.Module):
             # of the gate parameters (and of x) through products with a zero gradient.
             q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
             x = None if x is None else zero_padding(x.to(dtype), mask)
-            r = self.recurrence_inputs(q, k, v, x)
+            r = self.recurrence_inputs(q, k, v, x, position)
             if use_fla:  # fla's kernels take the inputs' own dtype and accumulate in float32
                 r = r._replace(**{name: getattr(r, name).to(out_dtype)
                                   for name in ("q", "k", "v", "beta")
@@ -182,7 +195,6 @@ class RecurrentAttention(nn.Module):
             out = self.output(raw.to(dtype)).to(out_dtype)
         if not return_state:
             return out
-        position = 0 if initial_state is None else initial_state.position
         return out, RecurrentState(new, position + q.shape[2], self._made_by())
 
     def step(
@@ -208,12 +220,12 @@ class RecurrentAttention(nn.Module):
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         if state is not None:
             self._check_state(state, q, dtype)
+        position = 0 if state is None else state.position
         with torch.autocast(device_type=q.device.type, enabled=False):
             r = self.recurrence_inputs(*(t.to(dtype) for t in (q, k, v)),
-                                       None if x is None else x.to(dtype))
+                                       None if x is None else x.to(dtype), position)
             raw, new = self._op(r, None, True, None if state is None else state.state, True)
             out = self.output(raw)
-        position = 0 if state is None else state.position
         return out[:, :, 0].to(v.dtype), RecurrentState(new, position + 1, self._made_by())
 
     def state_size(self) -> int:

@@ -8,6 +8,7 @@ from torch.nn import functional as F
 
 from linarena.attention.recurrent.core import Recurrence, RecurrentAttention, head_projection
 from linarena.attention.recurrent.output_norm import EPS
+from linarena.attention.rotation import Rotation
 
 
 def l2_normalise(x: Tensor) -> Tensor:
@@ -27,14 +28,15 @@ class DeltaNetAttention(RecurrentAttention):
         d_model, num_heads: the model's width (of x) and heads (model.d_model, model.num_heads).
         output_norm: "rms" (DeltaNet), "group" or "none" ("denominator" is not defined for the
             delta rule).
-        backend: "auto", "torch" or "fla" (see RecurrentAttention).
+        backend, rotary: see RecurrentAttention.
     """
 
     delta_rule = True
 
     def __init__(self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
-                 output_norm: str = "rms", backend: str = "auto") -> None:
-        super().__init__(head_dim, causal, output_norm, num_heads, backend)
+                 output_norm: str = "rms", backend: str = "auto",
+                 rotary: Rotation | None = None) -> None:
+        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary)
         self.beta_proj = nn.Linear(d_model, num_heads, bias=False)
 
     def log_gate(self, x: Tensor) -> Tensor | None:

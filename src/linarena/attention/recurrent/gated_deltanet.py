@@ -7,6 +7,7 @@ from torch import Tensor
 
 from linarena.attention.recurrent.deltanet import DeltaNetAttention
 from linarena.attention.recurrent.mamba2 import HeadGate
+from linarena.attention.rotation import Rotation
 
 
 class GatedDeltaNetAttention(DeltaNetAttention):
@@ -21,9 +22,10 @@ class GatedDeltaNetAttention(DeltaNetAttention):
     """
 
     def __init__(self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
-                 output_norm: str = "rms", backend: str = "auto") -> None:
+                 output_norm: str = "rms", backend: str = "auto",
+                 rotary: Rotation | None = None) -> None:
         super().__init__(head_dim, causal, d_model=d_model, num_heads=num_heads,
-                         output_norm=output_norm, backend=backend)
+                         output_norm=output_norm, backend=backend, rotary=rotary)
         self.gate = HeadGate(d_model, num_heads)
 
     def log_gate(self, x: Tensor) -> Tensor:

@@ -6,6 +6,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from linarena.attention.recurrent.core import Recurrence, RecurrentAttention, linear, per_head
+from linarena.attention.rotation import Rotation
 
 
 class GLAAttention(RecurrentAttention):
@@ -23,15 +24,15 @@ class GLAAttention(RecurrentAttention):
         gate_normaliser: the temperature dividing the log gate (16 in GLA), so that gates start
             near 1 (slow forgetting).
         output_norm: "rms" (GLA), or another linarena.attention.recurrent.output_norm kind.
-        backend: "auto", "torch" or "fla" (see RecurrentAttention).
+        backend, rotary: see RecurrentAttention.
     """
 
     def __init__(
         self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
         gate_rank: int = 16, gate_normaliser: float = 16.0, output_norm: str = "rms",
-        backend: str = "auto",
+        backend: str = "auto", rotary: Rotation | None = None,
     ) -> None:
-        super().__init__(head_dim, causal, output_norm, num_heads, backend)
+        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary)
         if gate_rank < 1 or gate_normaliser <= 0:
             raise ValueError(f"GLA: gate_rank must be >= 1 and gate_normaliser > 0, got "
                              f"{gate_rank} and {gate_normaliser}.")

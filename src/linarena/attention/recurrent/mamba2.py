@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from linarena.attention.recurrent.core import Recurrence, RecurrentAttention, head_projection
+from linarena.attention.rotation import Rotation
 
 
 class HeadGate(nn.Module):
@@ -47,12 +48,13 @@ class Mamba2Attention(RecurrentAttention):
         d_model, num_heads: the model's width (of x) and heads (model.d_model, model.num_heads).
         output_norm: "rms" (Mamba-2's norm before the output projection), or another
             linarena.attention.recurrent.output_norm kind.
-        backend: "auto", "torch" or "fla" (see RecurrentAttention).
+        backend, rotary: see RecurrentAttention.
     """
 
     def __init__(self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
-                 output_norm: str = "rms", backend: str = "auto") -> None:
-        super().__init__(head_dim, causal, output_norm, num_heads, backend)
+                 output_norm: str = "rms", backend: str = "auto",
+                 rotary: Rotation | None = None) -> None:
+        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary)
         self.gate = HeadGate(d_model, num_heads)
 
     def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:

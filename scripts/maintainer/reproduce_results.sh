@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Reproduce every committed result in docs/results/ (the files the README's tables are made
 # from), with the commands, seeds and output paths that made them, then regenerate the tables:
-#   bash scripts/reproduce_results.sh              everything (CPU: see the README for times)
-#   bash scripts/reproduce_results.sh bench        only the benchmarks (also: sweeps, study, mixture)
+#   bash scripts/maintainer/reproduce_results.sh         everything (CPU: see the README for times)
+#   bash scripts/maintainer/reproduce_results.sh bench   only the benchmarks (also: sweeps, study,
+#                                                        mixture)
 # Each script writes its files' provenance records (docs/results/provenance.json: commit,
-# command, environment). Run it on a clean checkout: a record notes uncommitted changes.
+# command, environment). Run it on a clean checkout: a record notes uncommitted changes. The
+# training runs behind the published files go to outputs/ (sweeps/, studies/), as any local run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=docs/results
 WHAT="${1:-all}"
 # Every variant of conf/attention/, comma-separated for Hydra's multirun.
@@ -30,32 +32,30 @@ fi
 
 if [[ "$WHAT" == all || "$WHAT" == sweeps ]]; then
     echo "== small-budget sweeps: every attention x 3 seeds (listops_small 300 steps; mqar_cpu)"
-    LISTOPS="python train.py -m attention=$ATTENTIONS seed=1,2,3 trainer.max_steps=300 tags=[readme] hydra.sweep.dir=results/sweeps/listops"
-    MQAR="python train.py -m experiment=mqar_cpu attention=$ATTENTIONS seed=1,2,3 tags=[readme] hydra.sweep.dir=results/sweeps/mqar"
+    LISTOPS="python train.py -m attention=$ATTENTIONS seed=1,2,3 trainer.max_steps=300 tags=[readme] hydra.sweep.dir=outputs/sweeps/listops"
+    MQAR="python train.py -m experiment=mqar_cpu attention=$ATTENTIONS seed=1,2,3 tags=[readme] hydra.sweep.dir=outputs/sweeps/mqar"
     $LISTOPS
     $MQAR
-    python scripts/compare.py --runs results/sweeps --published --out "$OUT" \
+    python scripts/compare.py --runs outputs/sweeps --published --out "$OUT" \
         --runs-command "$LISTOPS; $MQAR"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == study ]]; then
     echo "== MQAR recall against state size, 3 seeds (resumable)"
-    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --root results/mqar_study \
-        --out "$OUT"
+    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --out "$OUT"
     echo "== was 2,000 steps enough? the d_model 16 points with the conv rerun at 4,000 steps"
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
-        --max-steps 4000 --jobs 2 \
-        --root results/mqar_step_budget --study "$OUT/mqar_state_size_runs.csv" --out "$OUT"
+        --max-steps 4000 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == mixture ]]; then
     echo "== MQAR on a mixture of (length, pairs), tested up to 4x the training length, 3 seeds"
-    MIXTURE="python train.py -m experiment=mqar_mixture_cpu attention=$ATTENTIONS seed=1,2,3 hydra.sweep.dir=results/mqar_mixture"
+    MIXTURE="python train.py -m experiment=mqar_mixture_cpu attention=$ATTENTIONS seed=1,2,3 hydra.sweep.dir=outputs/studies/mqar_mixture"
     $MIXTURE
-    python scripts/mqar_mixture.py --runs results/mqar_mixture --out "$OUT" \
+    python scripts/mqar_mixture.py --runs outputs/studies/mqar_mixture --out "$OUT" \
         --runs-command "$MIXTURE"
 fi
 
 echo "== README tables from the CSVs"
-python scripts/results_tables.py
-python scripts/provenance.py
+python scripts/maintainer/results_tables.py
+python scripts/maintainer/provenance.py

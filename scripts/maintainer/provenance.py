@@ -1,11 +1,12 @@
 """The provenance records of docs/results/ (provenance.json): list them, mark a result stale.
 
-    python scripts/provenance.py                                  # every record, stale ones flagged
-    python scripts/provenance.py --stale mqar_state_size.csv --reason "xavier init changed"
-    python scripts/provenance.py --check                          # exit 1 if a file has no record
+    python scripts/maintainer/provenance.py           # every record, stale ones flagged
+    python scripts/maintainer/provenance.py --check   # exit 1 if a file has no record
+    python scripts/maintainer/provenance.py --stale mqar_state_size.csv --reason "xavier init changed"
 
 A stale mark (commit, reason) shows beside the result's table in the README after
-`python scripts/results_tables.py`; rerunning the result (its record's command) clears it.
+`python scripts/maintainer/results_tables.py`; rerunning the result (its record's command)
+clears it.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.provenance import RESULTS_DIR, load, mark_stale, unrecorded
+from linarena.analysis.provenance import PUBLISHED_DIR, load, mark_stale, unrecorded
 from linarena.errors import LinarenaError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--folder", type=Path, default=RESULTS_DIR, help="results folder")
+    parser.add_argument("--folder", type=Path, default=PUBLISHED_DIR, help="results folder")
     parser.add_argument("--stale", nargs="+", metavar="FILE", default=[],
                         help="result files (names in the folder) to mark stale")
     parser.add_argument("--reason", default="", help="why they are stale (required with --stale)")

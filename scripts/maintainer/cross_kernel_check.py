@@ -11,10 +11,11 @@ resumes. Then <out>/cross_kernel.csv (one row per rerun) and <out>/cross_kernel_
 point and kernel path: published and rerun k/n with Wilson intervals, Fisher's p, consistent,
 flipped seeds, a verdict), each with its provenance record naming the training commands.
 
-    python scripts/cross_kernel_check.py --dry-run
-    python scripts/cross_kernel_check.py --jobs 2 --out docs/results
-    python scripts/cross_kernel_check.py --report-only --out docs/results
-    python scripts/cross_kernel_check.py --report-only --resume-from docs/results/cross_kernel.csv
+    python scripts/maintainer/cross_kernel_check.py --dry-run
+    python scripts/maintainer/cross_kernel_check.py --jobs 2 --out docs/results
+    python scripts/maintainer/cross_kernel_check.py --report-only --out docs/results
+    python scripts/maintainer/cross_kernel_check.py --report-only \\
+        --resume-from docs/results/cross_kernel.csv
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.provenance import command_line
+from linarena.analysis.provenance import PUBLISHED_DIR, command_line
 from linarena.errors import LinarenaError
 from linarena.studies import cross_kernel
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive
 from linarena.studies.study import write_report
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NAME = "cross_kernel"
 
 
@@ -38,14 +39,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="mqar_study_cpu", help="the study's preset")
     parser.add_argument("--runs", type=Path,
-                        default=REPO_ROOT / "docs" / "results" / "mqar_state_size_runs.csv",
+                        default=PUBLISHED_DIR / "mqar_state_size_runs.csv",
                         help="the study's published runs CSV")
     parser.add_argument("--kernel-paths", default="default,avx2",
                         help=f"comma-separated, of {', '.join(cross_kernel.KERNEL_PATHS)}")
     parser.add_argument("--min-runs", type=int, default=cross_kernel.MIN_RUNS,
                         help="runs in the sample at least (per kernel path)")
     parser.add_argument("--root", type=Path, default=None,
-                        help="folder of the rerun folders (default outputs/cross_kernel)")
+                        help="folder of the rerun folders (default outputs/studies/cross_kernel)")
     parser.add_argument("--out", type=Path, default=None, help="where the CSVs go (default <root>)")
     parser.add_argument("--jobs", type=int, default=2, help="points at a time")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
@@ -61,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    root = args.root or REPO_ROOT / "outputs" / NAME
+    root = args.root or REPO_ROOT / "outputs" / "studies" / NAME
     out = args.out or root
     try:
         paths = cross_kernel.parse_kernel_paths(args.kernel_paths)

@@ -12,8 +12,8 @@
 #      kernels for the recurrences (its `backend` column says which code ran) against SDPA.
 # Every stage has its own time limit (timeout) inside an overall budget, and a failing stage
 # does not stop the others. Run from anywhere, after `pip install -e .`:
-#   bash scripts/gpu_check.sh
-# Output: $OUT if set, else results/gpu_check/: gpu_check.log, the benchmark CSVs and PNG,
+#   bash scripts/maintainer/gpu_check.sh
+# Output: $OUT if set, else outputs/gpu_check/: gpu_check.log, the benchmark CSVs and PNG,
 # compare_results.md, and gpu_check.tar.gz with everything (training folders included).
 # Few files on purpose (some machines return at most 8 files from $OUT).
 set -u -o pipefail
@@ -21,8 +21,8 @@ set -u -o pipefail
 if [[ -n "${OUT:-}" ]]; then
     mkdir -p "$OUT" && DEST="$(cd "$OUT" && pwd)"  # absolute: the script changes folder next
 fi
-cd "$(dirname "$0")/.."
-DEST="${DEST:-$(pwd)/results/gpu_check}"
+cd "$(dirname "$0")/../.."
+DEST="${DEST:-$(pwd)/outputs/gpu_check}"
 PYTHON="${PYTHON:-python3}"
 BUDGET_S="${GPU_CHECK_BUDGET_S:-465}"  # whole script, packing included, stays under 8 minutes
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/linarena_gpu_check.XXXXXX")"

@@ -1,7 +1,7 @@
 """Pin the golden losses: run every golden case and write tests/golden/golden_losses.json.
 
-    python scripts/golden_runs.py                       # rewrite the pinned file
-    python scripts/golden_runs.py --out /tmp/here.json  # elsewhere, e.g. to compare machines
+    python scripts/maintainer/golden_runs.py                       # rewrite the pinned file
+    python scripts/maintainer/golden_runs.py --out /tmp/here.json  # elsewhere (compare machines)
 
 Run it only after the results that depend on a changed case were rerun or marked stale
 (tests/test_golden_runs.py names them): the pinned losses say which code the published

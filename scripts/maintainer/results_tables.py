@@ -1,8 +1,8 @@
 """Write the README's result tables from the CSVs of docs/results/ (between the
 `<!-- results:<name> -->` markers), with each source's provenance and any stale mark.
 
-    python scripts/results_tables.py            # update README.md
-    python scripts/results_tables.py --check    # exit 1 if README.md is not what the CSVs give
+    python scripts/maintainer/results_tables.py          # update README.md
+    python scripts/maintainer/results_tables.py --check  # exit 1 if README.md differs from the CSVs
 
 A source that does not read whole (a CSV cut or edited, a damaged provenance.json, rows missing
 that its provenance record promises) is one error line naming the file and line, exit 1, and
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from linarena.analysis.provenance import REPO_ROOT, RESULTS_DIR
+from linarena.analysis.provenance import PUBLISHED_DIR, REPO_ROOT
 from linarena.analysis.results_tables import write_tables
 from linarena.errors import LinarenaError
 
@@ -25,7 +25,7 @@ from linarena.errors import LinarenaError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md")
-    parser.add_argument("--folder", type=Path, default=RESULTS_DIR, help="results folder")
+    parser.add_argument("--folder", type=Path, default=PUBLISHED_DIR, help="results folder")
     parser.add_argument("--check", action="store_true", help="only compare; change nothing")
     args = parser.parse_args(argv)
     try:
@@ -50,7 +50,7 @@ def check(readme: Path, folder: Path) -> int:
         write_tables(copy, folder)
         if copy.read_text() != readme.read_text():
             print(f"{readme} differs from the tables of {folder}: run "
-                  "python scripts/results_tables.py", file=sys.stderr)
+                  "python scripts/maintainer/results_tables.py", file=sys.stderr)
             return 1
     return 0
 

@@ -1,0 +1,31 @@
+"""Relative positions inside attention: a core built with `rotary=` (an object with
+`rotate(q, k, positions)`, e.g. linarena.models.positions.RotaryPositions, which the model passes
+under model.positions=rope) rotates its q and k by their absolute positions once per call, at its
+family's place: softmax before the scores (softmax.py), feature maps before the map (linear.py),
+recurrences after their own q, k transforms, before the recurrence (recurrent/core.py). Causal
+calls that continue a state (initial_state, step()) rotate from the state's position on."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+
+class Rotation(Protocol):
+    """What a core needs of a relative position kind."""
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """q, k: (batch, heads, n, head_dim) at absolute `positions` (n,) -> rotated q, k."""
+        ...
+
+
+def rotate_from(rotary: Rotation | None, q: Tensor, k: Tensor, start: int
+                ) -> tuple[Tensor, Tensor]:
+    """q, k (batch, heads, n, head_dim) of the tokens at positions start .. start + n - 1,
+    rotated by `rotary`; as they are when it is None. Padded tokens keep their index (positions
+    are places in the sequence, as for an absolute table), so real tokens never move."""
+    if rotary is None:
+        return q, k
+    return rotary.rotate(q, k, torch.arange(start, start + q.shape[2], device=q.device))
