@@ -4,10 +4,10 @@
     python scripts/maintainer/golden_runs.py --out /tmp/here.json  # elsewhere (compare machines)
 
 Run it only after the results that depend on a changed case were rerun or marked stale
-(tests/test_golden_runs.py names them): the pinned losses say which code the published
+(tests/training/test_golden_runs.py names them): the pinned losses say which code the published
 numbers came from. Cases: linarena.analysis.golden.published_cases, over the attentions each
 published result holds (its CSV in docs/results/), so a rerun that adds attentions adds theirs
-(tests/test_golden_runs.py fails until they are pinned).
+(tests/training/test_golden_runs.py fails until they are pinned).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from linarena.analysis.golden import (
 from linarena.analysis.provenance import environment
 from linarena.files import write_text_atomic
 
-# The golden tolerance, relative to each value (tests/test_golden_runs.py reads it from the
+# The golden tolerance, relative to each value (tests/training/test_golden_runs.py reads it from the
 # file). Measured on every case: the largest relative difference between the values of
 # OMP_NUM_THREADS=1 and 2, each with and without MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
 # (the unvectorised kernels another x86 CPU may take, so other summation orders). For the

@@ -6,7 +6,7 @@
 #      data=listops_small trainer=gpu logger=csv; the data generated first), then
 #      scripts/compare.py over those runs;
 #   4. backend="fla" against backend="torch", for the ops and for every recurrent layer
-#      (tests/test_ops_fla.py, tests/test_attention_backend.py; needs `pip install -e .[dev,fla]`,
+#      (tests/attention/test_ops_fla.py, tests/attention/test_attention_backend.py; needs `pip install -e .[dev,fla]`,
 #      else skipped);
 #   5. if time is left: the attention benchmark in causal mode, where --backend auto runs fla's
 #      kernels for the recurrences (its `backend` column says which code ran) against SDPA.
@@ -102,8 +102,8 @@ done
 run_stage compare 30 10 \
     "$PYTHON" scripts/compare.py --runs "$WORK/train" --out "$WORK/compare" --published
 
-run_stage fla_backend 60 20 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_ops_fla.py \
-    tests/test_attention_backend.py
+run_stage fla_backend 60 20 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/attention/test_ops_fla.py \
+    tests/attention/test_attention_backend.py
 
 run_stage benchmark_attention_causal 40 20 \
     "$PYTHON" scripts/benchmark_attention.py --device cuda --dtype bf16 --batch 8 --heads 4 \

@@ -7,7 +7,7 @@ One record per result file (CSV, table, figure), keyed by the file's name:
      "recorded": "2026-12-02T03:00:00+00:00", "stale": null, "rows": 92}
 
 `stale` is null or {"commit": ..., "reason": ...}: the code at that commit no longer gives the
-file's numbers (a golden test said so, tests/test_golden_runs.py) and it was not rerun yet.
+file's numbers (a golden test said so, tests/training/test_golden_runs.py) and it was not rerun yet.
 `rows` (CSV files only) is how many data rows the file held when it was written: the readers
 (linarena.analysis.result_files) refuse a copy that holds another number.
 The scripts that write results call `record` for every file they write; the provenance file

@@ -21,6 +21,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from linarena.attention.layers import AttentionLayer
 from linarena.attention.linear import LinearAttention
 from linarena.attention.recurrent import RecurrentAttention
 
@@ -83,10 +84,18 @@ def _load(name: str, conf_dir: Path) -> DictConfig:
 
 
 def is_linear(name: str, conf_dir: Path = CONF_DIR) -> bool:
-    """Whether the variant's cost grows linearly with length: a LinearAttention (feature map)
-    or a RecurrentAttention (decay, gates, delta rule)."""
+    """Whether the variant's cost grows linearly with length: a LinearAttention (feature map),
+    a RecurrentAttention (decay, gates, delta rule) or a layer that says so."""
     target = get_class(_load(name, Path(conf_dir))._target_)
+    if issubclass(target, AttentionLayer):
+        return target.linear_in_length
     return issubclass(target, (LinearAttention, RecurrentAttention))
+
+
+def is_layer(name: str, conf_dir: Path = CONF_DIR) -> bool:
+    """Whether the variant is a whole layer (x -> x, linarena.attention.layers), not a core on
+    the block's q, k, v."""
+    return issubclass(get_class(_load(name, Path(conf_dir))._target_), AttentionLayer)
 
 
 def label(name: str, conf_dir: Path = CONF_DIR) -> str:
@@ -98,7 +107,7 @@ def load_variant(
     name: str, model: dict | None = None, conf_dir: Path = CONF_DIR
 ) -> Callable[..., nn.Module]:
     """The factory `(head_dim=..., causal=...) -> nn.Module` that `attention=<name>` gives in
-    training. `model`: the values of `model.*` keys the file interpolates (cosFormer's
+    training (for a layer, is_layer: `(causal=...) -> AttentionLayer`). `model`: the values of `model.*` keys the file interpolates (cosFormer's
     max_length, the gated variants' d_model and num_heads)."""
     config = OmegaConf.create({"model": model or {}, "attention": _load(name, Path(conf_dir))})
     return instantiate(config.attention)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from linarena.attention.layers import AttentionLayer
+from linarena.errors import ConfigError
 from linarena.models.short_conv import ShortConv
 
 # flax.nn.LayerNorm's default, which the LRA models use.
@@ -77,6 +79,10 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """x + attention(LN(x)), then x + MLP(LN(x)), dropout on each residual branch.
 
+    core: an attention core, run between the block's q/k/v and output projections
+    (MultiHeadAttention), or a whole layer (linarena.attention.layers.AttentionLayer), which
+    has its own and is used as it is (qkv_dim is then unused).
+
     short_conv > 0: the attention reads ShortConv(LN(x)) (a causal depthwise convolution of that
     many taps, residual) instead of LN(x), as in the Zoology/Based MQAR models; 0: no conv.
     """
@@ -94,7 +100,15 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attention_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
         self.short_conv = ShortConv(d_model, short_conv) if short_conv else None
-        self.attention = MultiHeadAttention(d_model, num_heads, core, qkv_dim)
+        if isinstance(core, AttentionLayer):
+            if short_conv and core.own_short_conv:
+                raise ConfigError(
+                    f"{type(core).__name__} has its own short convolutions, so "
+                    f"model.short_conv={short_conv} would add a second one before it; set "
+                    "model.short_conv=0.")
+            self.attention: nn.Module = core
+        else:
+            self.attention = MultiHeadAttention(d_model, num_heads, core, qkv_dim)
         self.mlp_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
         self.mlp = FeedForward(d_model, mlp_dim, dropout)
         self.dropout = nn.Dropout(dropout)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from linarena.attention.layers import build_attention
 from linarena.errors import ConfigError
 from linarena.models.blocks import LAYER_NORM_EPS, TransformerBlock
 from linarena.models.embedding import TokenPositionEmbedding
@@ -29,8 +30,10 @@ class TransformerClassifier(nn.Module):
         head_kind: "sequence" (one label per sequence), "pair" (one label per pair of documents,
             dual encoder: one encoder for both, then `pair_head`) or "token" (a label per
             position). Given by the data (the datamodule's `head_kind`), not by the model config.
-        attention: builds one attention core per layer: attention(head_dim=..., causal=...),
-            plus rotary=<the positions object> when the positions kind rotates q and k.
+        attention: builds each block's attention (layers.build_attention): a core on the
+            block's q, k, v (attention(head_dim=..., causal=...)) or a whole layer
+            (linarena.attention.layers, attention(causal=...)), plus rotary=<the positions
+            object> when the positions kind rotates q and k.
         d_model, num_heads, num_layers, mlp_dim, dropout: Transformer sizes.
         qkv_dim: total q/k/v width over the heads (LRA's qkv_dim), so head_dim = qkv_dim //
             num_heads; None means d_model.
@@ -81,14 +84,14 @@ class TransformerClassifier(nn.Module):
         head_dim = qkv_dim // num_heads
         # One positions object, applied once: by the embedding, or (rope) by every attention
         # core, which gets it here; the cores share it (a rotating kind holds no parameters).
-        rotary = {"rotary": self.embedding.positions} if self.embedding.positions.rotates else {}
+        rotary = self.embedding.positions if self.embedding.positions.rotates else None
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model,
                 num_heads,
                 mlp_dim,
                 dropout,
-                attention(head_dim=head_dim, causal=causal, **rotary),
+                build_attention(attention, head_dim, causal, rotary),
                 qkv_dim,
                 short_conv,
             )

@@ -12,6 +12,8 @@ State size, in numbers kept per sequence while decoding, summed over layers:
   DeltaNet, Gated DeltaNet): per head the state S (k_dim x v_dim = head_dim x head_dim; plus
   k_dim for output_norm=denominator), so its state_size() * heads * layers. The gates, beta and
   the output norm keep nothing from one token to the next;
+- a whole layer (linarena.attention.layers): its own state_size(length) * layers (recurrent
+  states, its convolutions' last inputs, a window's keys and values);
 - softmax: its KV cache at the test length, 2 * length * d_model * layers. It grows with the
   length, unlike a recurrent state; the plot draws softmax dashed to say so.
 """
@@ -27,6 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from linarena.analysis.result_files import read_csv_checked
+from linarena.attention.layers import AttentionLayer, build_attention
 from linarena.attention.linear import LinearAttention
 from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.variants import label
@@ -53,7 +56,9 @@ def state_size(config: dict) -> tuple[int, str]:
     model = dict(config["model"], max_length=config["data"]["max_length"])
     head_dim = model["d_model"] // model["num_heads"]
     factory = instantiate(OmegaConf.create({"model": model, "attention": config["attention"]}).attention)
-    core = factory(head_dim=head_dim, causal=True)
+    core = build_attention(factory, head_dim, causal=True)
+    if isinstance(core, AttentionLayer):
+        return core.state_size(config["data"]["max_length"]) * model["num_layers"], "recurrent"
     if isinstance(core, LinearAttention):
         per_head = core.feature_map.num_features(head_dim) * (head_dim + 1)
         return per_head * model["num_heads"] * model["num_layers"], "recurrent"

@@ -12,9 +12,10 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from linarena.attention import LinearAttention
+from linarena.attention.layers import build_attention
 from linarena.errors import ConfigError
 from linarena.models.positions import check_positions_kind
-from linarena.training.build import ATTENTION_ARGS, INJECTED
+from linarena.training.build import INJECTED
 
 
 def target_of(node: DictConfig, group: str) -> Callable[..., Any]:
@@ -162,8 +163,8 @@ def check_attention_builds(cfg: DictConfig) -> None:
     try:
         # model.causal null is the task's own, known once the datamodule is built: probed as
         # bidirectional here, built as the task says in build.py.
-        args = (width // model.num_heads, bool(model.causal))
-        layer = instantiate(cfg.attention)(**dict(zip(ATTENTION_ARGS, args, strict=True)))
+        layer = build_attention(instantiate(cfg.attention), width // model.num_heads,
+                                bool(model.causal))
         if isinstance(layer, LinearAttention):
             layer.feature_map.check_length(cfg.data.max_length)
     except Exception as err:

@@ -1,0 +1,89 @@
+"""Provenance of docs/results/ (provenance.json) and the README tables made from the CSVs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.paths import REPO_ROOT
+
+from linarena import system
+from linarena.analysis.provenance import (
+    PUBLISHED_DIR,
+    command_line,
+    load,
+    mark_stale,
+    record,
+    unrecorded,
+)
+from linarena.analysis.results_tables import write_tables
+from linarena.system import code_version
+
+
+def test_every_committed_result_has_a_provenance_record() -> None:
+    assert unrecorded(PUBLISHED_DIR) == []
+    for name, entry in load(PUBLISHED_DIR).items():
+        assert (PUBLISHED_DIR / name).is_file(), f"record for a missing file {name}"
+        assert len(entry["commit"]) == 40 and entry["command"], name
+        assert {"torch", "device", "threads", "cpu", "gpu"} <= set(entry["environment"]), name
+
+
+@pytest.mark.skipif(not (REPO_ROOT / ".git").exists(), reason="not a git checkout")
+def test_code_version_is_the_checkouts_commit_and_none_outside_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert code_version().removesuffix("-dirty") == head
+    # An installed copy inside someone else's repository must not claim that repository's commit.
+    nested = tmp_path / "site-packages"
+    nested.mkdir()
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.setattr(system, "REPO_ROOT", nested)
+    assert code_version() is None
+
+
+def test_record_writes_commit_command_and_environment(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("x\n1\n")
+    record([tmp_path / "a.csv"], command_line(REPO_ROOT / "scripts" / "x.py", ["--out", "a b"]))
+    entry = load(tmp_path)["a.csv"]
+    assert entry["command"] == "python scripts/x.py --out 'a b'"
+    assert entry["environment"]["torch"] == torch.__version__
+    assert entry["environment"]["threads"] == torch.get_num_threads()
+    assert entry["stale"] is None and entry["commit"]
+    assert unrecorded(tmp_path) == []
+    (tmp_path / "b.png").write_bytes(b"")
+    assert unrecorded(tmp_path) == ["b.png"]
+
+
+def test_a_stale_mark_needs_a_reason_and_a_record(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("x\n")
+    record([tmp_path / "a.csv"], "python make_a.py")
+    with pytest.raises(ValueError, match="--reason"):
+        mark_stale("a.csv", " ", tmp_path)
+    with pytest.raises(ValueError, match="no provenance record"):
+        mark_stale("other.csv", "init changed", tmp_path)
+    assert mark_stale("a.csv", "init changed", tmp_path)["stale"]["reason"] == "init changed"
+    record([tmp_path / "a.csv"], "python make_a.py")  # a rerun clears the mark
+    assert load(tmp_path)["a.csv"]["stale"] is None
+
+
+def test_tables_are_regenerated_with_the_stale_mark(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    shutil.copytree(PUBLISHED_DIR, folder)
+    readme = tmp_path / "README.md"
+    readme.write_text((REPO_ROOT / "README.md").read_text())
+    assert write_tables(readme, folder)  # as committed: nothing changes
+    assert readme.read_text() == (REPO_ROOT / "README.md").read_text(), (
+        "README.md tables differ from docs/results: run "
+        "python scripts/maintainer/results_tables.py")
+    records = json.loads((folder / "provenance.json").read_text())
+    records["results.csv"]["stale"] = {"commit": "f" * 40, "reason": "a new init"}
+    (folder / "provenance.json").write_text(json.dumps(records))
+    write_tables(readme, folder)
+    training = readme.read_text().split("<!-- results:training -->")[1].split("<!-- /results")[0]
+    assert "**Stale** (marked at ffffffffff): a new init." in training

@@ -1,0 +1,127 @@
+"""The README's result tables: a short caption (command, commit, machine, date) once per
+record, the full record left in provenance.json, the benchmarks' grid flags shown, and a
+one-run command reproducing one published point with its time where the data has it
+(issue #29)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers.mqar import PRESET, fake_run
+from helpers.paths import load_script
+from helpers.training import compose_config
+
+from linarena.analysis.attention_benchmark import parse_args as attention_parse_args
+from linarena.analysis.provenance import PUBLISHED_DIR, load
+from linarena.analysis.results_captions import shown_command
+from linarena.analysis.results_tables import TABLES, render
+
+CAPTION = re.compile(r"^<sub>.*</sub>$", re.MULTILINE)
+
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A copy of docs/results, to change."""
+    copy = tmp_path / "results"
+    shutil.copytree(PUBLISHED_DIR, copy)
+    return copy
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_every_table_has_one_short_caption_per_record_and_a_one_run_command(name: str) -> None:
+    text = render(name)
+    captions = CAPTION.findall(text)
+    sources = TABLES[name][0]
+    records = load(PUBLISHED_DIR)
+    commits = {records[source]["commit"][:10] for source in sources}
+    assert len(captions) == len({records[s]["command"] for s in sources}), captions
+    for caption in captions:
+        assert len(caption) < 500, caption
+        assert re.search(r"`python scripts/\w+\.py[^`]*`", caption), caption
+        assert any(commit in caption for commit in commits)
+        assert "AMD EPYC (cpu, 2 threads)" in caption and "2026-12-02" in caption
+    for source in sources:  # the long runs commands stay in provenance.json only
+        if "; then " in records[source]["command"]:
+            assert records[source]["command"] not in text
+            assert "--runs-command" not in text and "docs/results/provenance.json" in text
+    assert re.search(r"^One run: `python (train|scripts/\w+)\.py [^`]+` \(.+\)\.$", text,
+                     re.MULTILINE), text
+
+
+@pytest.mark.parametrize(("name", "lengths"), [
+    ("attention", "256,512,1024,2048,4096,8192,16384"),
+    ("attention_causal", "256,512,1024,2048,4096,8192,16384"),
+    ("model", "1024,2048,4096,8192,16384"),
+])
+def test_benchmark_captions_show_the_grid_flags(name: str, lengths: str) -> None:
+    caption = CAPTION.findall(render(name))[0]
+    assert re.search(r"--attentions softmax,cosformer,[a-z0-9_,]+,taylor ", caption), caption
+    assert f"--lengths {lengths} " in caption
+    assert "einsum_elu" not in caption  # the references are not --attentions
+
+
+def test_shown_command_keeps_the_report_step_and_inserts_missing_flags() -> None:
+    recorded = ("python train.py -m a=1; then python scripts/compare.py --runs r "
+                "--runs-command 'python train.py -m a=1' --out d")
+    assert shown_command(recorded) == ("python scripts/compare.py --runs r --out d", True)
+    flags = ["--attentions", "elu,taylor", "--lengths", "256"]
+    assert shown_command("python scripts/benchmark_attention.py --causal", flags) == (
+        "python scripts/benchmark_attention.py --attentions elu,taylor --lengths 256 --causal",
+        False)
+    assert shown_command("python scripts/benchmark_attention.py --variants elu --lengths 64",
+                         flags)[0] == "python scripts/benchmark_attention.py --variants elu " \
+                                      "--lengths 64"
+
+
+def test_the_time_of_one_run_is_shown_where_the_data_has_it(folder: Path) -> None:
+    assert "one run took" not in render("mqar_state_size", folder)
+    runs = pd.read_csv(folder / "mqar_state_size_runs.csv")
+    runs.assign(duration_s=[30.0 + i for i in range(len(runs))]).to_csv(
+        folder / "mqar_state_size_runs.csv", index=False)
+    median = 30.0 + (len(runs) - 1) / 2
+    assert f"one run took {median:,.0f} s here (median)" in render("mqar_state_size", folder)
+    table = pd.read_csv(folder / "results.csv")
+    table.assign(duration_s_median=95.0).to_csv(folder / "results.csv", index=False)
+    assert render("training", folder).count("one run took 95 s here (median)") == 2
+
+
+def test_report_scripts_keep_each_runs_duration(tmp_path: Path) -> None:
+    root = tmp_path / "study"
+    for seed, seconds in ((1, 40.0), (2, 50.0)):
+        summary = fake_run(root, "elu", 16, 3, 3e-3, val=0.9, test=0.9, seed=seed) / "summary.json"
+        summary.write_text(json.dumps(json.loads(summary.read_text()) | {"duration_s": seconds}))
+    out = tmp_path / "out"
+    script = load_script("scripts/mqar_study.py")
+    assert script.main(["--preset", PRESET, "--root", str(root), "--report-only", "--out",
+                        str(out), "study.widths=[16]", "study.short_conv=[3]"]) == 0
+    assert pd.read_csv(out / "mqar_state_size_runs.csv")["duration_s"].tolist() == [40.0, 50.0]
+    text = render("mqar_state_size", out)
+    assert re.search(r"One run: `python train.py experiment=mqar_study_cpu attention=elu "
+                     r"model.d_model=16 model.short_conv=3 optim.lr=0.003 seed=1` .*"
+                     r"one run took 45 s here \(median\)", text), text
+
+
+ONE_RUN = re.compile(r"^One run: `([^`]+)`", re.MULTILINE)
+
+
+def test_every_one_run_command_is_one_the_scripts_take() -> None:
+    """train.py commands compose (every key exists); script commands parse to one point."""
+    commands = [c for name in TABLES for c in ONE_RUN.findall(render(name))]
+    assert len(commands) == len(TABLES) + 1  # the training table: one per task
+    for command in commands:
+        words = shlex.split(command)
+        if words[1] == "train.py":
+            assert compose_config(words[2:]).seed == 1, command
+            continue
+        module = load_script(words[1])
+        parse = getattr(module, "parse_args", None) or attention_parse_args
+        args = parse(words[2:])
+        assert len(args.lengths) == 1 and len(getattr(args, "attentions", None) or
+                                              args.variants) == 1, command

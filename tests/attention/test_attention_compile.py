@@ -1,0 +1,101 @@
+"""torch.compile: every variant, both modes, traces as one graph (fullgraph=True) and gives the
+eager outputs and gradients, padding included; the recurrent step compiles too.
+
+The tests use the aot_eager backend: it runs Dynamo's tracing and AOT autograd, which is where
+compile support breaks (graph breaks, untraceable ops in a custom backward), without spending
+minutes in Inductor's C++ code generation; the slow cases run Inductor itself.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from helpers.attention import (
+    FEATURE_MAP_VARIANTS,
+    LINEAR_VARIANTS,
+    VARIANTS,
+    build,
+    inputs,
+    padding_mask,
+)
+
+from linarena.attention import PerformerAttention
+
+
+def compiled_and_eager(attn, backend: str, length: int = 29):
+    q, k, v = (x.float().requires_grad_(True) for x in inputs(length=length))
+    mask = padding_mask([length, length - 9], length)
+    results = []
+    for module in (torch.compile(attn, backend=backend, fullgraph=True), attn):
+        out = module(q, k, v, mask)
+        grads = torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v))
+        results.append((out, *grads))
+    return results
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+# Inductor generates its own kernels, whose float32 sums round differently.
+TOLERANCES = {"aot_eager": {"rtol": 1e-5, "atol": 1e-6}, "inductor": {"rtol": 1e-4, "atol": 1e-5}}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_compiled_module_is_one_graph_and_matches_eager(name, causal, backend):
+    # eval(): a training module may keep a schedule out of the graph (Performer's redraws, a
+    # deliberate graph break tested below), which fullgraph=True refuses.
+    compiled, eager = compiled_and_eager(build(name, causal).eval(), backend=backend)
+    for c, e in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(c, e, **TOLERANCES[backend])
+
+
+@pytest.mark.parametrize("name", LINEAR_VARIANTS)
+def test_compiled_recurrent_step_matches_eager(name):
+    attn = build(name, causal=True)
+    step = torch.compile(attn.step, backend="aot_eager", fullgraph=True)
+    q, k, v = (x.float() for x in inputs(length=5))
+    state_c = state_e = None
+    for t in range(5):
+        out_c, state_c = step(q[:, :, t], k[:, :, t], v[:, :, t], state_c)
+        out_e, state_e = attn.step(q[:, :, t], k[:, :, t], v[:, :, t], state_e)
+        torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_training_redraws_on_schedule_without_recompiling():
+    """Performer's redraw schedule is a Python counter kept out of the graph: a compiled
+    training loop redraws exactly as eager does and compiles once, not once per step."""
+    attn = PerformerAttention(16, num_features=32, redraw_interval=2, seed=0).train()
+    eager = copy.deepcopy(attn)
+    compiled = torch.compile(attn, backend="aot_eager")
+    q, k, v = (x.float() for x in inputs(length=29))
+    compiled(q, k, v)
+    compiled(q, k, v)  # the first redraw
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        outs = [compiled(q, k, v) for _ in range(4)]
+    refs = [eager(q, k, v) for _ in range(6)][2:]
+    assert attn.draws == eager.draws == 3 and attn.training_calls == 6
+    assert torch.equal(attn.projection, eager.projection)
+    for out, ref in zip(outs, refs, strict=True):
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", FEATURE_MAP_VARIANTS)
+def test_compiled_bidirectional_kernel_takes_new_lengths_without_recompiling(name):
+    """Batches padded to their own longest sequence have many lengths: after the first
+    recompilation (which makes the length dynamic) one graph serves every length with the same
+    number of chunks."""
+    compiled = torch.compile(build(name, causal=False), backend="aot_eager")
+    lengths = [29, 37, 45, 61]
+    for length in lengths[:2]:
+        compiled(*(x.float() for x in inputs(length=length)))
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for length in lengths[2:]:
+            compiled(*(x.float() for x in inputs(length=length)))

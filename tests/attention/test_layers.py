@@ -1,0 +1,119 @@
+"""Generic tests of every whole layer of conf/attention/ (linarena.attention.layers): a new layer
+file is picked up with no test edited. What a user relies on: causality, padding that reaches no
+real output or gradient, step() and continued states equal to one whole forward pass, a state
+refused by another layer, and the state size the studies count. Each layer's formulas are
+checked against fla's own layer in tests/attention/test_layers_fla.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.attention import LAYER_VARIANTS, LAYER_WIDTH, build_layer
+
+from linarena.models.positions import RotaryPositions
+
+# float64 sums of at most a few hundred terms of size ~1: rounding ~1e-13; 1e-10 leaves room
+# for any summation order (threads, BLAS) and catches any formula difference.
+ATOL = 1e-10
+
+
+def tokens(batch: int = 2, length: int = 21, seed: int = 1, dtype=torch.float64) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, length, LAYER_WIDTH, generator=generator, dtype=dtype)
+
+
+def layer64(name: str, causal: bool, **kwargs) -> torch.nn.Module:
+    return build_layer(name, causal, **kwargs).double()
+
+
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_a_causal_layer_never_reads_the_future(name: str) -> None:
+    layer = layer64(name, causal=True)
+    x = tokens()
+    changed = x.clone()
+    changed[:, 12:] = torch.randn_like(changed[:, 12:])
+    out, out_changed = layer(x), layer(changed)
+    assert out.shape == x.shape
+    torch.testing.assert_close(out[:, :12], out_changed[:, :12], atol=ATOL, rtol=0)
+    assert not torch.allclose(out[:, 12:], out_changed[:, 12:])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_padding_reaches_no_real_output_and_no_gradient(name: str, causal: bool) -> None:
+    """Right padding holding NaN: real outputs are those of the unpadded rows, and every
+    parameter gradient stays finite."""
+    layer = layer64(name, causal)
+    x = tokens()
+    lengths = [21, 13]
+    mask = torch.arange(21) < torch.tensor(lengths)[:, None]
+    padded = torch.where(mask[..., None], x, float("nan")).requires_grad_()
+    out = layer(padded, mask)
+    for row, length in enumerate(lengths):
+        alone = layer(x[row:row + 1, :length])
+        torch.testing.assert_close(out[row:row + 1, :length], alone, atol=ATOL, rtol=0)
+    out[mask].sum().backward()
+    for pname, param in layer.named_parameters():
+        assert param.grad is None or torch.isfinite(param.grad).all(), pname
+    assert torch.isfinite(padded.grad[mask]).all() and (padded.grad[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_step_and_continued_states_give_the_whole_sequence(name: str) -> None:
+    layer = layer64(name, causal=True)
+    x = tokens()
+    whole = layer(x)
+    first, state = layer(x[:, :8], return_state=True)
+    rest, _ = layer(x[:, 8:], initial_state=state, return_state=True)
+    torch.testing.assert_close(torch.cat([first, rest], 1), whole, atol=ATOL, rtol=0)
+    state, steps = None, []
+    for t in range(x.shape[1]):
+        out, state = layer.step(x[:, t], state)
+        steps.append(out)
+    torch.testing.assert_close(torch.stack(steps, 1), whole, atol=ATOL, rtol=0)
+    assert state.position == x.shape[1]
+
+
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_the_state_of_a_padded_row_is_that_of_its_real_tokens(name: str) -> None:
+    layer = layer64(name, causal=True)
+    x = tokens()
+    mask = torch.arange(21) < torch.tensor([21, 9])[:, None]
+    _, padded_state = layer(x, mask, return_state=True)
+    _, alone = layer(x[1:, :9], return_state=True)
+    for key, tensor in alone.tensors.items():
+        torch.testing.assert_close(padded_state.tensors[key][1:], tensor, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_the_state_size_counts_what_the_state_holds(name: str) -> None:
+    """state_size(length), which the studies plot, is the numbers the state keeps per
+    sequence, after a short and a long sequence."""
+    layer = layer64(name, causal=True)
+    for length in (5, 21):
+        _, state = layer(tokens(length=length), return_state=True)
+        held = sum(tensor[0].numel() for tensor in state.tensors.values())
+        assert layer.state_size(length) == held, length
+
+
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_a_state_is_continued_only_by_the_layer_kind_that_made_it(name: str) -> None:
+    layer = layer64(name, causal=True)
+    _, state = layer(tokens(), return_state=True)
+    other = layer64(name, causal=True, d_model=2 * LAYER_WIDTH)
+    with pytest.raises(ValueError, match="made by"):
+        other(torch.zeros(2, 3, 2 * LAYER_WIDTH, dtype=torch.float64), initial_state=state)
+    with pytest.raises(ValueError, match="causal"):
+        layer64(name, causal=False)(tokens(), return_state=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_float32_follows_float64_and_rotary_positions_are_taken(name: str, causal: bool) -> None:
+    layer = build_layer(name, causal)
+    x = tokens(dtype=torch.float32)
+    expected = layer.double()(x.double())
+    torch.testing.assert_close(layer.float()(x).double(), expected, atol=1e-4, rtol=1e-4)
+    rotary = RotaryPositions()
+    rotated = build_layer(name, causal, rotary=rotary)(x)
+    assert torch.isfinite(rotated).all() and not torch.allclose(rotated, layer(x))

@@ -1,0 +1,204 @@
+"""The chunked engines behind both ops (hand-written backward passes, blocks of chunks, the
+hierarchy of per-feature decay blocks): extreme gates stay finite and exact, any chunk size
+(padded to a power of two inside), results independent of the block size, gradients by every
+input (gates, beta, initial state) against gradcheck and against autograd through the float64
+references, and what autograd keeps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers.attention import assert_close_float64
+from helpers.ops_reference import gla_quadratic, recurrence
+
+import linarena.attention.kernels.common as kernel_common
+from linarena.attention.ops import delta_rule, gated_linear_attention
+
+BATCH, HEADS, DIM = 2, 2, 8
+
+
+def tensors(length, dim=DIM, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(BATCH, HEADS, length, dim, generator=g, dtype=dtype) for _ in range(3)]
+
+
+def gates(kind, length, low, high=0.0, dim=DIM, seed=1, dtype=torch.float64):
+    """None, per-head (b, h, n) or per-feature (b, h, n, dim) log gates uniform in (low, high)."""
+    if kind == "none":
+        return None
+    g = torch.Generator().manual_seed(seed)
+    shape = (BATCH, HEADS, length) + ((dim,) if kind == "feature" else ())
+    return low + (high - low) * torch.rand(*shape, generator=g, dtype=dtype)
+
+
+def delta_inputs(length, seed=0, dtype=torch.float64):
+    q, k, v = tensors(length, seed=seed, dtype=dtype)
+    beta = torch.rand(BATCH, HEADS, length, generator=torch.Generator().manual_seed(seed + 7),
+                      dtype=dtype)
+    return q, F.normalize(k, dim=-1), v, beta
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kind", ["head", "feature"])
+def test_gla_gates_near_minus_20_per_token_are_finite_and_exact(kind, causal):
+    # A chunk of 64 such tokens sums to about -1280: exp(+1280) of a factorisation over the
+    # chunk would overflow even float64; every exponent in the engine stays <= 0.
+    q, k, v = tensors(150)
+    gate = gates(kind, 150, -21.0, -19.0)
+    out = gated_linear_attention(q, k, v, gate, causal=causal)
+    assert torch.isfinite(out).all()
+    assert_close_float64(out, gla_quadratic(q, k, v, gate, causal=causal), 150 * DIM)
+    q32, k32, v32 = (x.float().requires_grad_(True) for x in (q, k, v))
+    gate32 = gate.float().requires_grad_(True)
+    out32 = gated_linear_attention(q32, k32, v32, gate32, causal=causal)
+    torch.testing.assert_close(out32.double(), out, rtol=1e-4, atol=1e-4)
+    grads = torch.autograd.grad(out32.square().sum(), (q32, k32, v32, gate32))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_delta_rule_gates_near_minus_20_per_token_are_finite_and_exact(causal):
+    q, k, v, beta = delta_inputs(150)
+    gate = gates("head", 150, -21.0, -19.0)
+    out = delta_rule(q, k, v, beta, gate, causal=causal)
+    expected, _ = recurrence(q, k, v, gate, beta, causal=causal)
+    assert_close_float64(out, expected, 150 * DIM)
+    args = [x.float().requires_grad_(True) for x in (q, k, v, beta, gate)]
+    grads = torch.autograd.grad(delta_rule(*args, causal=causal).square().sum(), args)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("chunk_size", [3, 7, 24, 48, 64, 100])
+@pytest.mark.parametrize("kind", ["none", "head", "feature"])
+def test_long_sequences_any_chunk_size_equal_the_reference(kind, chunk_size):
+    # 300 tokens: several chunks, the last partial; chunks of no power of two are padded
+    # inside to one (per-feature gates), every level of the hierarchy in use.
+    q, k, v = tensors(300)
+    gate = gates(kind, 300, -1.5)
+    for causal in (True, False):
+        out = gated_linear_attention(q, k, v, gate, causal=causal, chunk_size=chunk_size)
+        assert_close_float64(out, gla_quadratic(q, k, v, gate, causal=causal), 300 * DIM)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 8])
+def test_results_do_not_depend_on_the_block_size(monkeypatch, chunk_size):
+    # A block of chunks is sized by CHUNK_FLOATS; a tiny budget makes every chunk a block (and
+    # with chunks of 1, the reversed pass's first block holds no gate).
+    q, k, v = tensors(70)
+    gate = gates("feature", 70, -0.5)
+    qd, kd, vd, beta = delta_inputs(70)
+    args = [x.requires_grad_(True) for x in (q, k, v, gate)]
+    delta_args = [x.requires_grad_(True) for x in (qd, kd, vd, beta, gate[..., 0].detach())]
+
+    def run():
+        results = []
+        for fn, xs in ((gated_linear_attention, args), (delta_rule, delta_args)):
+            for causal in (True, False):
+                out = fn(*xs, causal=causal, chunk_size=chunk_size)
+                results += [out, *torch.autograd.grad((out * out.cos()).sum(), xs)]
+        return results
+
+    whole = run()
+    monkeypatch.setattr(kernel_common, "CHUNK_FLOATS", 1)
+    for tiny, full in zip(run(), whole, strict=True):
+        assert_close_float64(tiny, full, 70 * DIM)
+
+
+@pytest.mark.parametrize("kind", ["none", "head", "feature"])
+def test_gla_gradcheck_with_initial_and_final_state(kind):
+    # Gradients by q, k, v, the log gates and the initial state, through the output and the
+    # final state; chunks of 5 (padded to 8 for per-feature gates), 13 tokens.
+    q, k, v = tensors(13, dim=4)
+    start = torch.randn(BATCH, HEADS, 4, 4, dtype=torch.float64)
+    gate = gates(kind, 13, -1.0, -0.1, dim=4)
+    args = [x.requires_grad_(True) for x in (q, k, v, start, gate) if x is not None]
+
+    def fn(q, k, v, start, gate=None):
+        return gated_linear_attention(q, k, v, gate, causal=True, chunk_size=5,
+                                      initial_state=start, return_state=True)
+
+    assert torch.autograd.gradcheck(fn, tuple(args))
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_delta_rule_gradcheck_with_initial_and_final_state(gated):
+    q, k, v, beta = delta_inputs(13)
+    q, k, v = (x[..., :4] for x in (q, k, v))
+    k = F.normalize(k, dim=-1)
+    beta = 0.1 + 0.8 * beta
+    start = torch.randn(BATCH, HEADS, 4, 4, dtype=torch.float64)
+    gate = gates("head", 13, -1.0, -0.1) if gated else None
+    args = [x.requires_grad_(True) for x in (q, k, v, beta, start, gate) if x is not None]
+
+    def fn(q, k, v, beta, start, gate=None):
+        return delta_rule(q, k, v, beta, gate, causal=True, chunk_size=5, initial_state=start,
+                          return_state=True)
+
+    assert torch.autograd.gradcheck(fn, tuple(args))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kind", ["head", "feature"])
+def test_gla_gradients_equal_autograd_through_the_reference(kind, causal):
+    # Longer than gradcheck affords: 40 tokens in chunks of 16, strong and weak gates mixed.
+    q, k, v = tensors(40)
+    gate = gates(kind, 40, -8.0)
+    weights = torch.randn(BATCH, HEADS, 40, DIM, dtype=torch.float64)
+    grads = []
+    for fn in (lambda *xs: gated_linear_attention(*xs, causal=causal, chunk_size=16),
+               lambda *xs: gla_quadratic(*xs, causal=causal)):
+        xs = [x.clone().requires_grad_(True) for x in (q, k, v, gate)]
+        grads.append(torch.autograd.grad((fn(*xs) * weights).sum(), xs))
+    for ours, reference in zip(*grads, strict=True):
+        assert_close_float64(ours, reference, 40 * 40 * DIM)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_delta_rule_gradients_equal_autograd_through_the_recurrence(causal):
+    q, k, v, beta = delta_inputs(40)
+    gate = gates("head", 40, -3.0)
+    weights = torch.randn(BATCH, HEADS, 40, DIM, dtype=torch.float64)
+    grads = []
+    for fn in (lambda *xs: delta_rule(*xs, causal=causal, chunk_size=16),
+               lambda q, k, v, b, g: recurrence(q, k, v, g, b, causal=causal)[0]):
+        xs = [x.clone().requires_grad_(True) for x in (q, k, v, beta, gate)]
+        grads.append(torch.autograd.grad((fn(*xs) * weights).sum(), xs))
+    for ours, reference in zip(*grads, strict=True):
+        assert_close_float64(ours, reference, 40 * 40 * DIM)
+
+
+def saved_floats_per_token(fn, args, causal: bool) -> float:
+    """Floats autograd keeps for the backward pass, per token and head (each storage once)."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() // 4
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*(x.requires_grad_(True) for x in args), causal=causal)
+    batch, heads, length = args[0].shape[:3]
+    return sum(storages.values()) / (batch * heads * length)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("op", ["feature", "head", "delta"])
+def test_autograd_keeps_the_inputs_and_one_state_per_chunk(op, causal):
+    # q, k, v (3 x 64), the gates (64 per feature, 1 per head), beta (1), and a 64 x 64 state
+    # per chunk of 64 tokens and one more (64 * 17 / 16 at 1024 tokens): nothing per token
+    # beyond the inputs, twice over for a bidirectional call (its reversed copies), never a
+    # chunk's scores or decays.
+    length, dim = 1024, 64
+    q, k, v = (x.float() for x in tensors(length, dim=dim))
+    if op == "delta":
+        beta = torch.rand(BATCH, HEADS, length)
+        args = (q, F.normalize(k, dim=-1), v, beta, -0.1 * torch.rand(BATCH, HEADS, length))
+        fn, inputs = delta_rule, 3 * dim + 2
+    else:
+        gate = gates(op, length, -0.5, dim=dim, dtype=torch.float32)
+        fn, inputs = gated_linear_attention, 3 * dim + (dim if op == "feature" else 1)
+    if op != "delta":
+        args = (q, k, v, gate)
+    bound = (inputs + dim * 17 / 16) * (1 if causal else 2)
+    assert saved_floats_per_token(fn, args, causal) <= bound

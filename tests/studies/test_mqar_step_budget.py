@@ -1,0 +1,108 @@
+"""The MQAR step-budget check: the study's points rerun with more steps at the lr the study
+chose, every seed, compared per point; on synthetic run folders (no training)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers.mqar import fake_run
+from helpers.paths import load_script
+
+from linarena.studies.runs import load_study
+from linarena.studies.statistics import wilson_interval
+from linarena.studies.step_budget import chosen_points, compare, plan
+from linarena.studies.study import StudyPoint
+
+LONGER = ["trainer.max_steps=4000"]
+
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> pd.DataFrame:
+    """elu at d16 with conv: lr 1e-2 wins seed 1's validation (3e-3 has the better test
+    accuracy, which must not count); seeds 2 and 3 at 1e-2. softmax at d16 and d32."""
+    root = tmp_path_factory.mktemp("study")
+    fake_run(root, "elu", 16, 3, 1e-2, val=0.80, test=0.70)
+    fake_run(root, "elu", 16, 3, 3e-3, val=0.60, test=0.95)
+    fake_run(root, "elu", 16, 3, 1e-2, val=0.50, test=0.40, seed=2)
+    fake_run(root, "elu", 16, 3, 1e-2, val=0.90, test=0.92, seed=3)
+    fake_run(root, "softmax", 16, 3, 3e-3, val=0.99, test=0.99)
+    fake_run(root, "softmax", 32, 3, 3e-3, val=0.99, test=0.99)
+    return load_study([root])
+
+
+def test_the_points_carry_the_lr_the_study_chose_on_validation(study):
+    points = chosen_points(study, 1, [16], [3], ["elu", "softmax"])
+    assert dict(zip(points["attention"], points["lr"], strict=True)) == {"elu": 1e-2,
+                                                                         "softmax": 3e-3}
+    assert chosen_points(study, 1, [16], [0], ["elu"]).empty
+    assert list(chosen_points(study, 1, [16, 32], [3], ["softmax"])["d_model"]) == [16, 32]
+
+
+def test_every_seed_of_a_point_is_planned_and_attentions_at_one_point_share_a_task(study):
+    points = chosen_points(study, 1, [16], [3], ["elu", "softmax"])
+    tasks = dict(plan(points, [1, 2, 3]))
+    assert tasks[StudyPoint(16, 3, 1e-2, 2)] == ["elu"]
+    assert tasks[StudyPoint(16, 3, 3e-3, 3)] == ["softmax"]
+    assert len(tasks) == 6
+    shared = points.assign(lr=3e-3)
+    assert dict(plan(shared, [1]))[StudyPoint(16, 3, 3e-3, 1)] == ["elu", "softmax"]
+
+
+def longer_runs(root: Path, seeds=(1, 2, 3)) -> pd.DataFrame:
+    tests = {1: 0.95, 2: 0.45, 3: 0.99}
+    for seed in seeds:
+        fake_run(root, "elu", 16, 3, 1e-2, val=tests[seed], test=tests[seed], seed=seed,
+                 overrides=LONGER)
+    # another lr than the chosen one: not part of the comparison
+    fake_run(root, "elu", 16, 3, 3e-3, val=0.99, test=0.99, overrides=LONGER)
+    return load_study([root])
+
+
+def test_the_comparison_pairs_seeds_and_counts_recall_at_both_budgets(study, tmp_path):
+    points = chosen_points(study, 1, [16], [3], ["elu"])
+    row = compare(study, longer_runs(tmp_path), points).iloc[0]
+    assert row["seeds"] == 3 and row["max_steps_study"] == 2000 and row["max_steps_longer"] == 4000
+    assert row["test_acc_median_study"] == pytest.approx(0.70)
+    assert row["test_acc_median_longer"] == pytest.approx(0.95)
+    assert (row["recalled_study"], row["recalled_longer"]) == (1, 2)
+    # per-seed gains 0.25, 0.05, 0.07: their median, not the difference of the medians
+    assert row["gain_median"] == pytest.approx(0.07)
+    # Each budget's statistics (issue #26), over the paired seeds.
+    assert (row["n_seeds_study"], row["successes_study"]) == (3, 1)
+    assert (row["n_seeds_longer"], row["successes_longer"]) == (3, 2)
+    assert (row["success_ci_low_longer"], row["success_ci_high_longer"]) == wilson_interval(2, 3)
+    assert (row["min_acc_longer"], row["max_acc_longer"]) == pytest.approx((0.45, 0.99))
+
+
+def test_the_script_reports_both_budgets_with_provenance_and_says_when_runs_are_missing(
+        study, tmp_path):
+    csv = tmp_path / "study_runs.csv"
+    study.to_csv(csv, index=False)
+    root = tmp_path / "longer"
+    longer_runs(root, seeds=(1, 2))
+    out = tmp_path / "out"
+    script = load_script("scripts/mqar_step_budget.py")
+    args = ["--study", str(csv), "--widths", "16", "--short-conv", "3", "--attention", "elu",
+            "--max-steps", "4000", "--root", str(root), "--out", str(out), "--report-only"]
+    assert script.main(args) == 0
+    table = (out / "mqar_step_budget.md").read_text()
+    assert table.startswith("PARTIAL: 2 of 3 runs finished")
+    assert "| elu+1 | 3 | 16 | 0.01 | 55.0 (0/2) | 70.0 (1/2) | +15.0 | 202 → 202 |" in table
+    records = json.loads((out / "provenance.json").read_text())
+    assert set(records) == {f"mqar_step_budget{s}" for s in ("_runs.csv", ".csv", ".md")}
+    fake_run(root, "elu", 16, 3, 1e-2, val=0.99, test=0.99, seed=3, overrides=LONGER)
+    assert script.main(args) == 0
+    assert not (out / "mqar_step_budget.md").read_text().startswith("PARTIAL")
+
+
+def test_a_point_the_study_does_not_have_is_a_clear_error(study, tmp_path, capsys):
+    csv = tmp_path / "study_runs.csv"
+    study.to_csv(csv, index=False)
+    code = load_script("scripts/mqar_step_budget.py").main(["--study", str(csv), "--widths", "64", "--max-steps", "4000",
+                               "--root", str(tmp_path / "longer"), "--report-only"])
+    assert code == 2
+    assert "has no run at d_model [64]" in capsys.readouterr().err

@@ -1,0 +1,217 @@
+"""The MQAR state-size study: its grid and resume logic, state sizes, the lr chosen on
+validation, medians over seeds, the report script and its figure, on a small synthetic study
+folder (no training)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers.mqar import PRESET, fake_run
+from helpers.paths import load_script
+from helpers.training import compose_config
+from omegaconf import OmegaConf
+from PIL import Image
+
+from linarena.studies.preset import load_grid, preset_protocol
+from linarena.studies.runs import load_archive, load_study, state_size, study_runs
+from linarena.studies.state_size import _later_seed_tasks, choose_lr, plan_points, summarize
+from linarena.studies.statistics import wilson_interval
+from linarena.studies.study import Progress, StudyPoint, missing, run_point
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("study")
+    fake_run(root, "elu", 16, 3, 1e-3, val=0.50, test=0.48)
+    fake_run(root, "elu", 16, 3, 3e-3, val=0.90, test=0.85)  # best on validation
+    fake_run(root, "elu", 16, 3, 1e-2, val=0.70, test=0.95)  # best on test: not chosen
+    fake_run(root, "elu", 16, 3, 3e-3, val=0.95, test=0.93, seed=2)
+    fake_run(root, "elu", 16, 3, 3e-3, val=0.20, test=0.12, seed=3)
+    fake_run(root, "softmax", 16, 0, 3e-3, val=0.99, test=0.98)
+    fake_run(root, "taylor", 32, 3, 3e-3, val=0.60, test=0.61)
+    fake_run(root, "taylor", 32, 3, 1e-2, val=0.60, test=0.99)  # a tie: the lower lr is chosen
+    return root
+
+
+def config_of(attention: str, d_model: int) -> dict:
+    cfg = compose_config([f"experiment={PRESET}", f"attention={attention}",
+                          f"model.d_model={d_model}"])
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def test_state_size_counts_the_recurrent_state_or_the_kv_cache() -> None:
+    layers, length = 2, 64
+    # elu+1: phi has head_dim features; S (16 x 16) and z (16) per layer.
+    assert state_size(config_of("elu", 16)) == (16 * 17 * layers, "recurrent")
+    # Taylor with feature_dim 16: 1 + 16 + 16^2 = 273 features, whatever the width.
+    assert state_size(config_of("taylor", 32)) == (273 * 33 * layers, "recurrent")
+    assert state_size(config_of("softmax", 16)) == (2 * length * 16 * layers, "kv_cache")
+
+
+def test_grid_has_three_seeds_and_the_based_lrs() -> None:
+    grid = load_grid(PRESET)
+    assert grid["seeds"] == [1, 2, 3] and grid["lr_seed"] == 1
+    assert grid["lrs"] == pytest.approx([1e-3, 10 ** -2.5, 1e-2, 10 ** -1.5], rel=2e-3)
+    assert load_grid("mqar_study_gpu")["lrs"] == grid["lrs"]  # every variant, every preset
+    assert load_grid(PRESET, ["study.short_conv=[3]"])["short_conv"] == [3]
+    with pytest.raises(ValueError, match=r"study\.lr_seed=7 is not one of"):
+        load_grid(PRESET, ["study.lr_seed=7"])
+
+
+@pytest.mark.parametrize("preset", ["mqar", "mqar_cpu", "mqar_study_cpu", "mqar_study_gpu"])
+def test_mqar_presets_never_redraw_performer_features(preset: str) -> None:
+    assert compose_config([f"experiment={preset}", "attention=performer"]).attention.redraw_interval == 0
+    default = compose_config(["attention=performer"]).attention.redraw_interval
+    assert default == 1000  # redraws stay available outside MQAR
+
+
+@pytest.mark.parametrize("preset", ["mqar_study_cpu", "mqar_study_gpu"])
+def test_study_runs_stop_at_val_acc_099(preset: str) -> None:
+    callbacks = compose_config([f"experiment={preset}"]).callbacks
+    assert all("_target_" in node for node in callbacks.values())  # nothing else slipped in
+    callback = callbacks.early_stopping
+    assert (callback.monitor, callback.mode, callback.stopping_threshold) == ("val/acc", "max", 0.99)
+    assert callback.patience >= compose_config([f"experiment={preset}"]).trainer.max_steps
+
+
+def test_points_put_the_middle_lr_first_and_name_every_override(tmp_path: Path) -> None:
+    grid = load_grid(PRESET)
+    points = plan_points(grid, [1])
+    assert len(points) == len(grid["widths"]) * len(grid["short_conv"]) * len(grid["lrs"])
+    lrs = grid["lrs"]
+    first = {point.lr for point in points[: 2 * len(points) // len(lrs)]}
+    assert first == {lrs[1], lrs[2]}  # the two middle ones of four
+    command = StudyPoint(32, 3, 3e-3, 2).command(PRESET, ["elu", "softmax"], tmp_path)
+    assert {"-m", f"experiment={PRESET}", "attention=elu,softmax", "model.d_model=32",
+            "model.short_conv=3", "optim.lr=0.003", "seed=2"} <= set(command)
+
+
+def test_finished_runs_are_skipped_and_killed_ones_redone(study: Path) -> None:
+    point = StudyPoint(16, 3, 3e-3, 1)
+    assert missing(point, study, ["elu", "softmax"]) == ["softmax"]
+    # Every attention finished: nothing is launched.
+    assert run_point(point, PRESET, study, ["elu"], threads=1) == "done"
+
+
+def test_lr_is_chosen_on_validation_only_with_ties_to_the_lower_lr(study: Path) -> None:
+    runs = load_study([study])
+    assert len(runs) == 8
+    chosen = choose_lr(runs[runs["seed"] == 1])
+    assert chosen[("elu", 3, 16)] == 3e-3  # best validation, although 1e-2 tests higher
+    assert chosen[("taylor", 3, 32)] == 3e-3  # equal validation: the lower lr
+
+
+def test_summary_gives_the_median_over_seeds_and_the_seeds_that_recalled(study: Path) -> None:
+    summary = summarize(load_study([study]), lr_seed=1).set_index(["attention", "short_conv",
+                                                                   "d_model"])
+    elu = summary.loc[("elu", 3, 16)]
+    assert (elu["chosen_lr"], elu["seeds"], elu["recalled"]) == (3e-3, 3, 1)
+    assert elu["test_acc_median"] == 0.85 and elu["lrs_tried"] == 3
+    assert elu["best_step_median"] == 202 and elu["lr_chosen_on"] == "seed 1"
+    assert summary.loc[("softmax", 0, 16), "state_kind"] == "kv_cache"
+    # The statistics of every study's points (issue #26): k of n with its Wilson interval.
+    assert (elu["n_seeds"], elu["successes"], elu["success_rate"]) == (3, 1, pytest.approx(1 / 3))
+    assert (elu["success_ci_low"], elu["success_ci_high"]) == wilson_interval(1, 3)
+    assert (elu["median_acc"], elu["min_acc"], elu["max_acc"]) == (0.85, 0.12, 0.93)
+
+
+def test_a_diverged_run_is_a_tried_lr_that_is_never_chosen_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # train.py writes a diverged run's summary.json with null metrics and `diverged`.
+    folder = fake_run(tmp_path, "performer", 64, 0, 3.16e-2, val=None, test=None)
+    summary = json.loads((folder / "summary.json").read_text())
+    (folder / "summary.json").write_text(json.dumps(summary | {"diverged": "Training diverged"}))
+    only_diverged = choose_lr(load_study([tmp_path]))
+    assert only_diverged[("performer", 0, 64)] == 3.16e-2  # nothing else to choose
+    fake_run(tmp_path, "performer", 64, 0, 1e-2, val=0.30, test=0.25)
+    row = summarize(load_study([tmp_path]), lr_seed=1).iloc[0]
+    assert (row["chosen_lr"], row["lrs_tried"], row["test_acc_median"]) == (1e-2, 2, 0.25)
+    Progress(total_runs=2).report(StudyPoint(64, 0, 3.16e-2, 1), ["performer"], tmp_path, "ok")
+    assert "performer: diverged at step 300 (no accuracy)" in capsys.readouterr().out
+
+
+def test_later_seeds_run_only_at_the_lr_their_first_seed_chose(study: Path) -> None:
+    grid = load_grid(PRESET)
+    tasks = dict(_later_seed_tasks(grid, study, ["elu", "softmax", "taylor"]))
+    assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu seeds 2 and 3 already ran
+    assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
+    assert tasks[StudyPoint(16, 0, 3e-3, 3)] == ["softmax"]
+    assert all(point.lr == 3e-3 for point in tasks)
+
+
+def test_progress_prints_one_line_per_run_with_its_result_and_an_eta(
+    study: Path, capsys: pytest.CaptureFixture
+) -> None:
+    progress = Progress(total_runs=4)
+    progress.report(StudyPoint(16, 3, 3e-3, 1), ["elu", "softmax"], study, "ok")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("[1/4] d16_conv3_lr3.00e-03_seed1/elu: test 85.0%, val 90.0%")
+    assert "ETA" in lines[0] and "console.log" in lines[1]  # softmax has no run there
+
+
+
+def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: Path) -> None:
+    script = load_script("scripts/mqar_study.py")
+    out = tmp_path / "out"
+    assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
+                        "--out", str(out)]) == 0
+    summary = pd.read_csv(out / "mqar_state_size.csv")
+    assert len(summary) == 3 and len(pd.read_csv(out / "mqar_state_size_runs.csv")) == 8
+    table = (out / "mqar_state_size.md").read_text()
+    assert "PARTIAL" in table  # softmax at d16 without conv has 1 of 4 lrs
+    # What the grid still lacks: whole variants, then per variant the convs and widths left.
+    assert "cosFormer;" in table and "elu+1 conv 3 at d=32, 64 and without conv;" in table
+    assert "chosen on seed 1's runs" in table
+    assert "| elu+1 | 3 | 85.0 (1/3) | – |" in table
+    assert table.index("| softmax |") < table.index("| elu+1 |")  # registry order
+    width, height = Image.open(out / "mqar_state_size.png").size
+    assert width > 1.5 * height  # two panels side by side
+    records = json.loads((out / "provenance.json").read_text())
+    assert set(records) == {f"mqar_state_size{s}" for s in ("_runs.csv", ".csv", ".md", ".png")}
+    assert "--report-only" in records["mqar_state_size.csv"]["command"]
+
+
+def test_missing_study_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"no summary\.json"):
+        load_study([tmp_path])
+    with pytest.raises(ValueError, match="no `study:` block"):
+        load_grid("mqar_cpu")
+
+
+def test_a_study_resumes_from_the_runs_csv_it_wrote(study: Path, tmp_path: Path) -> None:
+    """A study spanning sessions: a fresh machine has only the committed runs CSV."""
+    script = load_script("scripts/mqar_study.py")
+    first = tmp_path / "first"
+    assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
+                        "--out", str(first)]) == 0
+    archive = first / "mqar_state_size_runs.csv"
+    assert set(pd.read_csv(archive)["commit"]) == {"c0ffee"}  # each row names its code
+    archived = load_archive(archive, preset_protocol(PRESET))
+    empty = tmp_path / "fresh_root"
+    done = frozenset(archived["run"])
+    assert missing(StudyPoint(16, 3, 3e-3, 1), empty, ["elu", "softmax"], done) == ["softmax"]
+    tasks = dict(_later_seed_tasks(load_grid(PRESET), empty, ["elu", "taylor"], archived))
+    assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
+    assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu's seed 2 is in the archive
+    assert len(study_runs(empty, archived)) == 8
+    second = tmp_path / "second"
+    assert script.main(["--preset", PRESET, "--root", str(empty), "--report-only",
+                        "--out", str(second), "--resume-from", str(archive)]) == 0
+    for name in ("mqar_state_size.csv", "mqar_state_size.md"):
+        assert (second / name).read_text() == (first / name).read_text()
+
+
+def test_an_archive_of_another_study_is_refused(study: Path, tmp_path: Path) -> None:
+    runs = load_study([study])
+    protocol = preset_protocol(PRESET)
+    runs.assign(max_steps=600).to_csv(tmp_path / "old.csv", index=False)
+    with pytest.raises(ValueError, match=r"old\.csv: run .* has max_steps=600 but the preset"):
+        load_archive(tmp_path / "old.csv", protocol)
+    runs.drop(columns="commit").to_csv(tmp_path / "older.csv", index=False)
+    with pytest.raises(ValueError, match=r"no column 'commit'.*without --resume-from"):
+        load_archive(tmp_path / "older.csv", protocol)
