@@ -14,6 +14,7 @@ from helpers.paths import REPO_ROOT, load_script
 
 from linarena.analysis.attention_benchmark import main, parse_args, speed_ratio
 from linarena.analysis.timing import peak_allocated_mb
+from linarena.attention.variants import is_layer
 
 TINY = ["--heads", "2", "--head-dim", "8", "--warmup", "0", "--repeats", "1", "--device", "cpu"]
 
@@ -149,3 +150,11 @@ def test_backend_fla_skips_what_it_cannot_run(tmp_path: Path, capsys) -> None:
     assert "skipping elu:" in printed and "fla-core has no kernel" in printed
     assert "skipping retnet:" in printed and "bidirectional" in printed
     assert not (tmp_path / "a.csv").exists()
+
+
+def test_a_whole_layer_is_sent_to_the_model_benchmark(capsys: pytest.CaptureFixture) -> None:
+    """The attention benchmark times cores on q, k, v; a layer has its own projections."""
+    assert not any(is_layer(name) for name in parse_args([]).variants)
+    with pytest.raises(SystemExit):
+        parse_args(["--attentions", "elu,gla_layer"])
+    assert "scripts/benchmark_model.py --attentions gla_layer" in capsys.readouterr().err

@@ -161,3 +161,14 @@ def test_bad_arguments_are_one_line_errors(tmp_path: Path, capsys) -> None:
             parse_args(args)
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_a_whole_layer_is_timed_alone_and_in_the_model(tmp_path: Path) -> None:
+    """A layer (x -> x) is timed on x in attention_fwd_bwd, where a core gets q, k, v."""
+    assert load_script("scripts/benchmark_model.py").main([
+        "--tiny", "--device", "cpu", "--attentions", "gla_layer", "--lengths", "16",
+        "--warmup", "0", "--repeats", "1", "--threads", "1", "--out", str(tmp_path),
+    ]) == 0
+    rows = pd.read_csv(tmp_path / "benchmark_model.csv", keep_default_na=False)
+    assert set(rows["what"]) == {"model_step", "attention_fwd_bwd"}
+    assert (rows["status"] == "ok").all(), rows["note"].tolist()

@@ -61,7 +61,7 @@ def test_auto_and_torch_give_identical_outputs_on_cpu(name, causal):
 def expected_refusal(name: str, causal: bool) -> str:
     """What backend='fla' is refused for on this machine, first reason first."""
     if not is_recurrent(name):
-        return "has no kernel for it" if name == "softmax" else "no kernel for feature-map"
+        return "has no kernel for it" if name in ("softmax", "swa") else "no kernel for feature-map"
     if not causal:
         return "no kernel for bidirectional attention"
     return "not installed" if not backends.fla_installed() else "CUDA device"

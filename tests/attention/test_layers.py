@@ -114,6 +114,6 @@ def test_float32_follows_float64_and_rotary_positions_are_taken(name: str, causa
     x = tokens(dtype=torch.float32)
     expected = layer.double()(x.double())
     torch.testing.assert_close(layer.float()(x).double(), expected, atol=1e-4, rtol=1e-4)
-    rotary = RotaryPositions()
+    rotary = RotaryPositions(LAYER_WIDTH, 64)
     rotated = build_layer(name, causal, rotary=rotary)(x)
     assert torch.isfinite(rotated).all() and not torch.allclose(rotated, layer(x))

@@ -128,6 +128,10 @@ def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
         return recurrence_reference(attn, attn.recurrence_inputs(q, k, v, None), mask)
     batch, _, length, _ = q.shape
     allowed = allowed_pairs(mask, batch, length, attn.causal)
+    window = getattr(attn, "window", None)
+    if window is not None:  # sliding-window attention: keys with |i - j| < window only
+        i = torch.arange(length)
+        allowed = allowed & ((i[:, None] - i[None, :]).abs() < window)
     if not isinstance(attn, LinearAttention):
         scores = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~allowed, -math.inf)
         return torch.softmax(scores, dim=-1) @ v

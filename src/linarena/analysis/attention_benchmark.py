@@ -43,7 +43,13 @@ from linarena.analysis.performer_error import approximation_errors, error_table
 from linarena.analysis.provenance import REPO_ROOT, command_line, record
 from linarena.analysis.timing import peak_allocated_mb
 from linarena.attention.backends import BACKENDS
-from linarena.attention.variants import check_variant_names, is_linear, load_variant, variant_names
+from linarena.attention.variants import (
+    check_variant_names,
+    is_layer,
+    is_linear,
+    load_variant,
+    variant_names,
+)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BASELINE = "softmax"
@@ -166,9 +172,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=[[256, 512, 1024, 2048, 4096, 8192, 16384]],
                         help="sequence lengths: 256 512 or 256,512")
     parser.add_argument("--attentions", "--variants", dest="variants", nargs="+",
-                        default=variant_names(),
+                        default=[name for name in variant_names() if not is_layer(name)],
                         help="names of conf/attention/*.yaml, elu taylor or elu,taylor "
-                             "(default: all); --variants is the older name")
+                             "(default: every core; whole layers are timed by "
+                             "scripts/benchmark_model.py); --variants is the older name")
     parser.add_argument("--no-references", dest="references", action="store_false",
                         help="do not time einsum_elu and performer_pytorch")
     parser.add_argument("--batch", type=positive_int, default=1)
@@ -197,6 +204,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.variants = check_variant_names(names)
     except ValueError as error:
         parser.error(f"--attentions: {error}")
+    layers = [name for name in args.variants if is_layer(name)]
+    if layers:
+        parser.error(f"--attentions: {layers} are whole layers (x -> x, with their own "
+                     "projections), not cores on q, k, v: time them in the model with "
+                     "scripts/benchmark_model.py --attentions " + ",".join(layers))
     args.device = check_device(parser, args.device)
     args.out = check_out(parser, args.out)
     return args

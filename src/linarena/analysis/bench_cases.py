@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from linarena.analysis.timing import is_out_of_memory, time_fn
 from linarena.attention.backends import backend_used
+from linarena.attention.layers import AttentionLayer, build_attention
 from linarena.attention.variants import load_variant
 from linarena.models import TransformerClassifier
 from linarena.system import peak_rss_mb
@@ -144,33 +145,44 @@ def make_attention_fwd_bwd(spec: CaseSpec) -> tuple[Callable[[], None], torch.nn
     """Forward and backward of one attention module with the model's head shapes, and the
     module.
 
-    q, k, v: (batch, num_heads, length, d_model // num_heads), in the compute dtype (as the
-    model's projections produce them under autocast); the mask marks every token as real.
+    A core gets q, k, v: (batch, num_heads, length, d_model // num_heads), in the compute dtype
+    (as the model's projections produce them under autocast), and the token x if it reads it;
+    a whole layer (linarena.attention.layers) gets x (batch, length, d_model) alone, since its
+    projections are its own. The mask marks every token as real.
     """
     shape = spec.shape
     head_dim = shape.d_model // shape.num_heads
-    factory = load_attention_partial(spec)
-    attention = factory(head_dim=head_dim, causal=False).to(spec.device).train()
+    attention = build_attention(load_attention_partial(spec), head_dim, causal=False)
+    attention = attention.to(spec.device).train()
     generator = torch.Generator().manual_seed(0)
-    size = (spec.batch, shape.num_heads, spec.length, head_dim)
-    q, k, v = (
-        torch.randn(size, generator=generator)
-        .to(device=spec.device, dtype=DTYPES[spec.dtype])
-        .requires_grad_()
-        for _ in range(3)
-    )
-    grad_out = torch.randn(size, generator=generator).to(device=spec.device, dtype=DTYPES[spec.dtype])
+    dtype = DTYPES[spec.dtype]
+
+    def random(*size: int, grad: bool = False) -> torch.Tensor:
+        tensor = torch.randn(size, generator=generator).to(device=spec.device, dtype=dtype)
+        return tensor.requires_grad_() if grad else tensor
+
     mask = torch.ones(spec.batch, spec.length, dtype=torch.bool, device=spec.device)
-    # A core that computes gates from the token (reads_token) gets one, as in the model.
-    token = ({"x": torch.randn(spec.batch, spec.length, shape.d_model, generator=generator)
-              .to(device=spec.device, dtype=DTYPES[spec.dtype])}
-             if getattr(attention, "reads_token", False) else {})
+    x = random(spec.batch, spec.length, shape.d_model, grad=isinstance(attention, AttentionLayer))
+    if isinstance(attention, AttentionLayer):
+        inputs, grad_out = (x,), random(spec.batch, spec.length, shape.d_model)
+
+        def call() -> torch.Tensor:
+            return attention(x, mask)
+    else:
+        size = (spec.batch, shape.num_heads, spec.length, head_dim)
+        inputs = tuple(random(*size, grad=True) for _ in range(3))
+        grad_out = random(*size)
+        # A core that computes gates from the token (reads_token) gets one, as in the model.
+        token = {"x": x} if getattr(attention, "reads_token", False) else {}
+
+        def call() -> torch.Tensor:
+            return attention(*inputs, mask=mask, **token)
 
     def fwd_bwd() -> None:
-        for tensor in (q, k, v):
+        for tensor in inputs:
             tensor.grad = None
         with _autocast(spec):
-            out = attention(q, k, v, mask=mask, **token)
+            out = call()
         out.backward(grad_out.to(out.dtype))
 
     return fwd_bwd, attention

@@ -5,7 +5,8 @@ first use."""
 
 from __future__ import annotations
 
-from linarena.attention.variants import label, variant_names
+from linarena.attention.patterns import is_pattern_name, pattern_label
+from linarena.attention.variants import variant_names
 
 # Task names are the data config names (conf/data/).
 TASK_ORDER = ("listops", "listops_small", "text", "retrieval", "image", "pathfinder", "pathx",
@@ -32,5 +33,6 @@ def attention_sort_key(name: str) -> tuple[int, str]:
 
 
 def attention_label(name: str) -> str:
-    """The display label a variant declares (`attention_label`), or the name itself."""
-    return label(name) if name in attention_order() else name
+    """The display label a variant declares (`attention_label`), a hybrid's label made of its
+    variants' ("Gated DeltaNet ×2 + softmax"), or the name itself."""
+    return pattern_label(name) if is_pattern_name(name) else name

@@ -14,6 +14,7 @@ from linarena.attention.feature_map import FeatureMap
 from linarena.attention.kernels import LinearAttentionState
 from linarena.attention.linear import LinearAttention
 from linarena.attention.performer import PerformerAttention
+from linarena.attention.sliding_window import SlidingWindowAttention, WindowState
 from linarena.attention.softmax import SoftmaxAttention
 
 __all__ = [
@@ -23,5 +24,7 @@ __all__ = [
     "LinearAttention",
     "LinearAttentionState",
     "PerformerAttention",
+    "SlidingWindowAttention",
     "SoftmaxAttention",
+    "WindowState",
 ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -15,6 +16,7 @@ from linarena.models.heads import ClassifierHead, PairHead
 
 HEAD_KINDS = ("sequence", "pair", "token")
 POOLINGS = ("cls", "mean", "first")
+T = TypeVar("T")
 
 
 class SequenceTooLongError(ConfigError, ValueError):
@@ -33,7 +35,9 @@ class TransformerClassifier(nn.Module):
         attention: builds each block's attention (layers.build_attention): a core on the
             block's q, k, v (attention(head_dim=..., causal=...)) or a whole layer
             (linarena.attention.layers, attention(causal=...)), plus rotary=<the positions
-            object> when the positions kind rotates q and k.
+            object> when the positions kind rotates q and k. A sequence of such factories makes
+            a hybrid stack (model.pattern): one per block, or a shorter pattern repeated
+            (repeat_pattern).
         d_model, num_heads, num_layers, mlp_dim, dropout: Transformer sizes.
         qkv_dim: total q/k/v width over the heads (LRA's qkv_dim), so head_dim = qkv_dim //
             num_heads; None means d_model.
@@ -56,7 +60,7 @@ class TransformerClassifier(nn.Module):
         vocab_size: int,
         num_classes: int,
         head_kind: str,
-        attention: Callable[..., nn.Module],
+        attention: Callable[..., nn.Module] | Sequence[Callable[..., nn.Module]],
         d_model: int = 128,
         num_heads: int = 4,
         num_layers: int = 2,
@@ -85,17 +89,19 @@ class TransformerClassifier(nn.Module):
         # One positions object, applied once: by the embedding, or (rope) by every attention
         # core, which gets it here; the cores share it (a rotating kind holds no parameters).
         rotary = self.embedding.positions if self.embedding.positions.rotates else None
+        factories = (repeat_pattern(attention, num_layers) if isinstance(attention, Sequence)
+                     else [attention] * num_layers)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model,
                 num_heads,
                 mlp_dim,
                 dropout,
-                build_attention(attention, head_dim, causal, rotary),
+                build_attention(factory, head_dim, causal, rotary),
                 qkv_dim,
                 short_conv,
             )
-            for _ in range(num_layers)
+            for factory in factories
         )
         self.final_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
         if head_kind == "pair":
@@ -151,6 +157,22 @@ class TransformerClassifier(nn.Module):
             return hidden[:, 0]
         weights = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+def repeat_pattern(pattern: Sequence[T], num_layers: int) -> list[T]:
+    """The entry of each of num_layers blocks: `pattern` itself (one per block) or repeated,
+    e.g. [a, a, b] over 6 layers -> [a, a, b, a, a, b]; ConfigError unless num_layers is a
+    multiple of its length."""
+    if not pattern:
+        raise ConfigError("model.pattern=[] names no attention: give conf/attention/ names, e.g. "
+                          "model.pattern=[gated_deltanet,softmax], or null (attention= in every "
+                          "layer).")
+    if num_layers < 1 or num_layers % len(pattern):
+        raise ConfigError(
+            f"model.pattern has {len(pattern)} entries, so model.num_layers={num_layers} must be "
+            f"a multiple of {len(pattern)} (the pattern repeats over the layers): set "
+            f"model.num_layers={len(pattern)} or {2 * len(pattern)}, or give one entry per layer.")
+    return list(pattern) * (num_layers // len(pattern))
 
 
 def check_model_args(

@@ -4,18 +4,22 @@ CSV a study wrote before (resume-from, checked against the preset's protocol), a
 Each run folder holds summary.json (metrics, hparams) and .hydra/config.yaml (the full config,
 written by Hydra), from which the state size is computed.
 
-State size, in numbers kept per sequence while decoding, summed over layers:
+State size, in numbers kept per sequence while decoding, summed over the model's layers, each
+layer counted by its own attention (attention_state), so a hybrid stack (model.pattern) sums
+its layers' states:
 - a linear attention (a LinearAttention of conf/attention/): its recurrent state, per head the
   matrix S = sum_j phi(k_j) v_j^T (num_features x head_dim) and the normaliser z = sum_j phi(k_j)
-  (num_features), so num_features(head_dim) * (head_dim + 1) * heads * layers;
-- a recurrence with decay, gates or the delta rule (a RecurrentAttention: RetNet, GLA, Mamba-2,
-  DeltaNet, Gated DeltaNet): per head the state S (k_dim x v_dim = head_dim x head_dim; plus
-  k_dim for output_norm=denominator), so its state_size() * heads * layers. The gates, beta and
-  the output norm keep nothing from one token to the next;
-- a whole layer (linarena.attention.layers): its own state_size(length) * layers (recurrent
-  states, its convolutions' last inputs, a window's keys and values);
-- softmax: its KV cache at the test length, 2 * length * d_model * layers. It grows with the
-  length, unlike a recurrent state; the plot draws softmax dashed to say so.
+  (num_features), so num_features(head_dim) * (head_dim + 1) * heads;
+- a core that declares its state per head (state_size()): a recurrence with decay, gates or
+  the delta rule (a RecurrentAttention: RetNet, GLA, Mamba-2, DeltaNet, Gated DeltaNet: S,
+  k_dim x v_dim = head_dim x head_dim, plus k_dim for output_norm=denominator; the gates, beta
+  and the output norm keep nothing from one token to the next), or sliding-window attention
+  (its window's keys and values), so state_size() * heads;
+- a whole layer (linarena.attention.layers): its own state_size(length) (recurrent states, its
+  convolutions' last inputs, a window's keys and values);
+- softmax: its KV cache at the test length, 2 * length * qkv_dim. It grows with the length,
+  unlike the others; a model with such a layer is of kind "kv_cache" (the plot draws it dashed),
+  else "recurrent".
 """
 
 from __future__ import annotations
@@ -23,16 +27,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from torch import nn
 
 from linarena.analysis.result_files import read_csv_checked
-from linarena.attention.layers import AttentionLayer, build_attention
+from linarena.attention.layers import AttentionLayer
 from linarena.attention.linear import LinearAttention
-from linarena.attention.recurrent import RecurrentAttention
-from linarena.attention.variants import label
+from linarena.attention.patterns import pattern_label
+from linarena.models import TransformerClassifier
+from linarena.training.build import build_model
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "short_conv", "d_model", "num_heads", "num_layers", "lr",
@@ -51,20 +57,40 @@ NUMERIC_COLUMNS = ("short_conv", "d_model", "num_heads", "num_layers", "lr", "se
 GROUP = ["attention", "short_conv", "d_model"]
 
 
-def state_size(config: dict) -> tuple[int, str]:
-    """(numbers, "recurrent" or "kv_cache") for the model a composed run config builds."""
-    model = dict(config["model"], max_length=config["data"]["max_length"])
-    head_dim = model["d_model"] // model["num_heads"]
-    factory = instantiate(OmegaConf.create({"model": model, "attention": config["attention"]}).attention)
-    core = build_attention(factory, head_dim, causal=True)
-    if isinstance(core, AttentionLayer):
-        return core.state_size(config["data"]["max_length"]) * model["num_layers"], "recurrent"
+# Only the blocks matter to the state: a per-token head of two classes over two token ids.
+DECODER_SIZES = SimpleNamespace(vocab_size=2, num_classes=2, head_kind="token", causal=True)
+
+
+def attention_state(attention: nn.Module, length: int) -> tuple[int, str]:
+    """(numbers, "recurrent" or "kv_cache") one block's attention keeps per sequence after
+    `length` tokens: `attention` is the block's MultiHeadAttention (a core between the block's
+    projections) or its AttentionLayer."""
+    if isinstance(attention, AttentionLayer):
+        return attention.state_size(length), "recurrent"
+    core, heads, width = attention.core, attention.num_heads, attention.qkv_dim
+    head_dim = width // heads
     if isinstance(core, LinearAttention):
-        per_head = core.feature_map.num_features(head_dim) * (head_dim + 1)
-        return per_head * model["num_heads"] * model["num_layers"], "recurrent"
-    if isinstance(core, RecurrentAttention):
-        return core.state_size() * model["num_heads"] * model["num_layers"], "recurrent"
-    return 2 * config["data"]["max_length"] * model["d_model"] * model["num_layers"], "kv_cache"
+        return core.feature_map.num_features(head_dim) * (head_dim + 1) * heads, "recurrent"
+    if hasattr(core, "state_size"):  # per head: a recurrence's state, a window's keys, values
+        return core.state_size() * heads, "recurrent"
+    return 2 * length * width, "kv_cache"
+
+
+def model_state(model: TransformerClassifier, length: int) -> tuple[int, str]:
+    """(numbers, kind) a model keeps per sequence after `length` tokens: the sum over its blocks
+    of attention_state; "kv_cache" when some block's grows with the length."""
+    states = [attention_state(block.attention, length) for block in model.blocks]
+    kind = "kv_cache" if any(k == "kv_cache" for _, k in states) else "recurrent"
+    return sum(size for size, _ in states), kind
+
+
+def state_size(config: dict) -> tuple[int, str]:
+    """(numbers, "recurrent" or "kv_cache") for the model a composed run config builds (causal,
+    as it decodes), at its data.max_length."""
+    cfg = OmegaConf.create(config)
+    length = cfg.data.max_length
+    cfg.model.max_length, cfg.model.causal = length, True
+    return model_state(build_model(cfg, DECODER_SIZES), length)
 
 
 def attention_choice(folder: Path, summary: dict) -> str:
@@ -95,11 +121,13 @@ def run_row(folder: Path) -> dict:
         raise FileNotFoundError(f"{config_path}: missing; the study reads each run's config "
                                 "from the folder Hydra wrote (train.py with hydra.run.dir=...)")
     config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
-    attention = attention_choice(folder, summary)
+    # A hybrid stack's name is its pattern's (build.build_model), not the attention= choice.
+    hybrid = config["model"].get("pattern") is not None
+    attention = str(summary["attention"]) if hybrid else attention_choice(folder, summary)
     size, kind = state_size(config)
     model, data, metrics = config["model"], config["data"], summary["metrics"]
     return {
-        "attention": attention, "label": label(attention),
+        "attention": attention, "label": pattern_label(attention),
         "short_conv": int(model.get("short_conv", 0)), "d_model": model["d_model"],
         "num_heads": model["num_heads"], "num_layers": model["num_layers"],
         "lr": config["optim"]["lr"], "seed": int(config["seed"]), "state_size": size,

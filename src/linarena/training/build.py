@@ -15,7 +15,10 @@ from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
+from linarena.attention.patterns import pattern_entry, pattern_name
+from linarena.attention.variants import CONF_DIR, check_variant_names
 from linarena.errors import ConfigError
+from linarena.models.transformer import repeat_pattern
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_identity import StoreRunIdentity, run_identity
 from linarena.training.checkpoint_io import AtomicCheckpointIO
@@ -36,6 +39,9 @@ INJECTED = {
     "attention": {*ATTENTION_ARGS, "rotary"},
     "trainer": set(TRAINER_ARGS),
 }
+# Keys of a group's config that this module reads itself and does not pass to its _target_
+# (config_checks accepts them): model.pattern, the attention of each block of a hybrid stack.
+BUILD_KEYS = {"model": {"pattern"}}
 
 
 @dataclass
@@ -61,16 +67,60 @@ def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
         raise ConfigError(f"Could not build `{group}` ({node.get('_target_')}): {cause}") from err
 
 
-def build_model(cfg: DictConfig, datamodule: LightningDataModule) -> nn.Module:
-    """The model of `cfg.model` with one `cfg.attention` core per layer, sized by the datamodule
-    (its constructor is enough: no data is read). model.causal null becomes the task's own
-    (TaskSpec.causal), in `cfg` itself, so that what was built is what the run records."""
+def pattern_attentions(cfg: DictConfig) -> list[tuple[str, DictConfig]] | None:
+    """(variant name, attention config) of each entry of model.pattern; None without a pattern.
+
+    An entry's config is the `attention` of its conf/attention/<name>.yaml with the entry's own
+    settings merged over it, written back into `cfg` as {name: config}: its interpolations
+    (${model.d_model}, ${oc.select:attention_dropout,...}) resolve in the run's config, the run
+    records every setting it built with, and a second call gives the same."""
+    pattern = cfg.model.get("pattern")
+    if pattern is None:
+        return None
+    entries = [pattern_entry(entry, f"model.pattern[{i}]") for i, entry in enumerate(pattern)]
+    try:
+        check_variant_names(name for name, _ in entries)
+    except ValueError as err:
+        raise ConfigError(f"model.pattern: {err}") from err
+    with open_dict(cfg.model):
+        cfg.model.pattern = [
+            {name: OmegaConf.merge(OmegaConf.load(CONF_DIR / "attention" / f"{name}.yaml")
+                                   .attention, settings)}
+            for name, settings in entries]
+    return [(name, cfg.model.pattern[i][name]) for i, (name, _) in enumerate(entries)]
+
+
+def attention_factories(cfg: DictConfig) -> Any:
+    """What the model gets as `attention`: the factory of cfg.attention (every block), or a
+    list of one factory per model.pattern entry (a hybrid stack; the model repeats it)."""
+    entries = pattern_attentions(cfg)
+    if entries is None:
+        return instantiate_group(cfg.attention, "attention")
+    return [instantiate_group(node, f"model.pattern.{name}") for name, node in entries]
+
+
+def build_model(cfg: DictConfig, datamodule: Any) -> nn.Module:
+    """The model of `cfg.model` with one `cfg.attention` core per layer, or the attentions of
+    model.pattern, sized by the datamodule (its constructor is enough: no data is read; any
+    object with DATAMODULE_ARGS and `causal` will do). Written in `cfg` itself, so that what was
+    built is what the run records: model.causal null becomes the task's own (TaskSpec.causal);
+    a hybrid stack's attention_name becomes its pattern's name (attention.patterns.pattern_name, e.g.
+    "gated_deltanet*2+softmax"), which runs, loggers and checkpoints are filed under."""
     if cfg.model.get("causal") is None:
         with open_dict(cfg.model):
             cfg.model.causal = bool(datamodule.causal)
     sizes = {name: getattr(datamodule, name) for name in DATAMODULE_ARGS}
-    attention = instantiate_group(cfg.attention, "attention")
-    return instantiate_group(cfg.model, "model", **sizes, attention=attention)
+    attention = attention_factories(cfg)
+    if isinstance(attention, list):
+        layers = repeat_pattern([pattern_entry(e)[0] for e in cfg.model.pattern],
+                                cfg.model.num_layers)
+        with open_dict(cfg):
+            cfg.attention_name = pattern_name(layers)
+    node = cfg.model.copy()  # keeps its parent: ${data.max_length} resolves
+    with open_dict(node):
+        for key in BUILD_KEYS["model"]:
+            node.pop(key, None)
+    return instantiate_group(node, "model", **sizes, attention=attention)
 
 
 # Keys a logger's YAML may add for the code around it, removed before it is built:

@@ -15,7 +15,8 @@ from linarena.attention import LinearAttention
 from linarena.attention.layers import build_attention
 from linarena.errors import ConfigError
 from linarena.models.positions import check_positions_kind
-from linarena.training.build import INJECTED
+from linarena.models.transformer import repeat_pattern
+from linarena.training.build import BUILD_KEYS, INJECTED, pattern_attentions
 
 
 def target_of(node: DictConfig, group: str) -> Callable[..., Any]:
@@ -29,13 +30,14 @@ def target_of(node: DictConfig, group: str) -> Callable[..., Any]:
         raise ConfigError(f"{group}._target_={target} cannot be imported: {err}") from err
 
 
-def check_keys(node: DictConfig, group: str) -> None:
+def check_keys(node: DictConfig, group: str, kind: str | None = None) -> None:
     """Every key of `node` must be a parameter of its _target_ (torchtune-style), and every
-    required parameter must be given."""
+    required parameter must be given. `kind`: the group whose code-passed arguments (INJECTED)
+    the node takes, when not `group` itself (a model.pattern entry is an attention)."""
     target = target_of(node, group)
     params = inspect.signature(target).parameters
-    injected = INJECTED.get(group, set())
-    keys = {k for k in node if not str(k).startswith("_")}
+    injected = INJECTED.get(kind or group, set())
+    keys = {k for k in node if not str(k).startswith("_")} - BUILD_KEYS.get(group, set())
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     names = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     if not takes_any:
@@ -149,27 +151,36 @@ def check_seed(seed: Any) -> None:
 
 
 def check_attention_builds(cfg: DictConfig) -> None:
-    """Build one attention layer as the model will and ask it whether it can take sequences of
-    data.max_length tokens, so that the constructors' own checks (e.g. causal cosFormer's
+    """Build one attention layer as the model will (one per model.pattern entry for a hybrid
+    stack, whose names and length are checked first) and ask it whether it can take sequences
+    of data.max_length tokens, so that the constructors' own checks (e.g. causal cosFormer's
     max_length) fail now, before any data is prepared, and are written once. Runs before the
     run's seed is set: a random draw here changes no result."""
     model = cfg.model
+    entries = pattern_attentions(cfg)
+    if entries is not None:
+        repeat_pattern(entries, model.num_layers)
     width = model.get("qkv_dim") or model.d_model
     if model.num_heads < 1 or width % model.num_heads != 0:
         return  # the model's constructor reports it, when build.py builds the model
-    for key, node in cfg.attention.items():  # nested objects (a feature map): keys too
-        if isinstance(node, DictConfig) and "_target_" in node:
-            check_keys(node, f"attention.{key}")
-    try:
-        # model.causal null is the task's own, known once the datamodule is built: probed as
-        # bidirectional here, built as the task says in build.py.
-        layer = build_attention(instantiate(cfg.attention), width // model.num_heads,
-                                bool(model.causal))
-        if isinstance(layer, LinearAttention):
-            layer.feature_map.check_length(cfg.data.max_length)
-    except Exception as err:
-        cause = err.__cause__ or err
-        raise ConfigError(f"attention ({cfg.attention._target_}): {cause}") from err
+    groups = [("attention", cfg.attention)]
+    groups += [(f"model.pattern.{name}", node) for name, node in entries or []]
+    for group, attention in groups:
+        if group != "attention":  # check_config checked the group's own keys
+            check_keys(attention, group, kind="attention")
+        for key, node in attention.items():  # nested objects (a feature map): keys too
+            if isinstance(node, DictConfig) and "_target_" in node:
+                check_keys(node, f"{group}.{key}")
+        try:
+            # model.causal null is the task's own, known once the datamodule is built: probed
+            # as bidirectional here, built as the task says in build.py.
+            layer = build_attention(instantiate(attention), width // model.num_heads,
+                                    bool(model.causal))
+            if isinstance(layer, LinearAttention):
+                layer.feature_map.check_length(cfg.data.max_length)
+        except Exception as err:
+            cause = err.__cause__ or err
+            raise ConfigError(f"{group} ({attention._target_}): {cause}") from err
 
 
 def check_validation_runs(trainer: DictConfig) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from linarena.attention.patterns import pattern_entry
 from linarena.files import write_text_atomic
 from linarena.metrics import (
     PEAK_MEMORY_MB,
@@ -25,6 +26,9 @@ from linarena.metrics import (
 SUMMARY_FILE = "summary.json"
 # Overrides that vary within one comparison (its rows and seeds), or do not change the run.
 NOT_SETTINGS = ("attention", "seed", "ckpt_path", "debug", "hydra", "logger", "tags")
+# Overrides of other groups that pick the attention, so vary within a comparison as attention=
+# does: a hybrid stack's pattern (its name is the run's attention, pattern_name).
+ATTENTION_SETTINGS = ("model.pattern",)
 # The names a comparison row starts with; its metrics follow (linarena.metrics).
 NAME_COLUMNS = ("task", "attention", "seed")
 _FLOAT = re.compile(r"(?<![\w.])-?\d+\.\d{5,}(?:[eE][-+]?\d+)?(?![\w.])")
@@ -76,9 +80,11 @@ def sweep_label(cfg: DictConfig) -> str:
         log_dir = Path(cfg.paths.log_dir).resolve()
         where = str(sweep_dir.relative_to(log_dir) if sweep_dir.is_relative_to(log_dir)
                     else sweep_dir)
+    keys = {override: override.lstrip("+~").split("=", 1)[0]
+            for override in hydra_cfg.overrides.task}
     settings = [
-        round_floats(override) for override in hydra_cfg.overrides.task
-        if override.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] not in NOT_SETTINGS
+        round_floats(override) for override, key in keys.items()
+        if key.split(".")[0].split("/")[0] not in NOT_SETTINGS and key not in ATTENTION_SETTINGS
     ]
     return ": ".join([where, " ".join(sorted(settings))]) if settings else where
 
@@ -111,7 +117,12 @@ def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
     """The settings most comparisons filter on, at the top of summary.json (the whole resolved
     config is under "config"): the model's shape and training settings by name, and every
     scalar setting of the attention and data groups under "attention" and "data" (so a new
-    variant's or task's settings are there without being named here)."""
+    variant's or task's settings are there without being named here). A hybrid stack
+    (model.pattern) has its entries' variant names under "pattern" and, under "attention", the
+    scalar settings of each entry (as built: build.pattern_attentions writes them in)."""
+    pattern = cfg.model.get("pattern")
+    entries = ([pattern_entry(entry) for entry in OmegaConf.to_container(pattern, resolve=True)]
+               if pattern else None)
     return {
         "d_model": cfg.model.d_model,
         "qkv_dim": cfg.model.get("qkv_dim") or cfg.model.d_model,
@@ -122,6 +133,7 @@ def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
         "max_length": cfg.model.max_length,
         "pooling": cfg.model.pooling,
         "positions": cfg.model.get("positions"),
+        "pattern": None if entries is None else [name for name, _ in entries],
         "pair_head": cfg.model.get("pair_head"),
         "attention_dropout": cfg.get("attention_dropout"),
         "causal": cfg.model.causal,
@@ -131,7 +143,8 @@ def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
         "weight_decay_scope": cfg.optim.get("weight_decay_scope"),
         "max_steps": cfg.trainer.max_steps,
         "precision": precision,
-        "attention": _settings(cfg.attention),
+        "attention": _settings(cfg.attention) if entries is None
+        else [_settings(OmegaConf.create(settings)) for _, settings in entries],
         "data": _settings(cfg.data, skip=MACHINE_DATA_KEYS),
     }
 

@@ -126,7 +126,9 @@ def build_attention(factory: Callable[..., nn.Module], head_dim: int, causal: bo
     core gets the model's head_dim, a layer (AttentionLayer) sizes itself from its own config;
     `rotary` is passed only when given (model.positions=rope)."""
     positions = {} if rotary is None else {"rotary": rotary}
-    target = getattr(factory, "func", factory)
+    target = factory
+    while hasattr(target, "func"):  # a partial of a partial (e.g. a benchmark's backend=)
+        target = target.func
     if isinstance(target, type) and issubclass(target, AttentionLayer):
         return factory(causal=causal, **positions)
     return factory(head_dim=head_dim, causal=causal, **positions)

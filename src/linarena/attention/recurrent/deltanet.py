@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from linarena.attention.recurrent.core import Recurrence, RecurrentAttention, head_projection
+from linarena.attention.recurrent.lean import silu_l2_normalise
 from linarena.attention.recurrent.output_norm import EPS
 from linarena.attention.rotation import Rotation
-
-
-def l2_normalise(x: Tensor) -> Tensor:
-    """x / ||x|| over the last dimension (eps inside the root, as fla's l2norm)."""
-    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + EPS)
 
 
 class DeltaNetAttention(RecurrentAttention):
@@ -44,6 +39,7 @@ class DeltaNetAttention(RecurrentAttention):
         return None
 
     def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
-        q, k = l2_normalise(F.silu(q)), l2_normalise(F.silu(k))
+        # silu, then x / sqrt(|x|^2 + eps) (eps inside the root, as fla's l2norm)
+        q, k = silu_l2_normalise(q, EPS), silu_l2_normalise(k, EPS)
         beta = torch.sigmoid(head_projection(x, self.beta_proj))
         return Recurrence(q, k, v, self.log_gate(x), beta, None)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from linarena.attention.recurrent.core import Recurrence, RecurrentAttention, linear, per_head
+from linarena.attention.recurrent.lean import log_sigmoid_gate
 from linarena.attention.rotation import Rotation
 
 
@@ -42,5 +42,5 @@ class GLAAttention(RecurrentAttention):
 
     def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
         logits = linear(linear(x, self.gate_down), self.gate_up)
-        log_gate = F.logsigmoid(logits) / self.gate_normaliser
+        log_gate = log_sigmoid_gate(logits, self.gate_normaliser)
         return Recurrence(q, k, v, per_head(log_gate, self.num_heads), None, None)

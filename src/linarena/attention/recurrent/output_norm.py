@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from linarena.attention.recurrent.lean import rms_norm
+
 OUTPUT_NORMS = ("denominator", "rms", "group", "none")
 EPS = 1e-6
 
@@ -31,8 +33,7 @@ class OutputNorm(nn.Module):
     def forward(self, out: Tensor) -> Tensor:
         """out: (..., head_dim) -> (..., head_dim), in out's dtype."""
         if self.kind == "rms":
-            out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + EPS)
-            return out * self.weight.to(out.dtype)
+            return rms_norm(out, self.weight, EPS)
         if self.kind == "group":
             centred = out - out.mean(-1, keepdim=True)
             out = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + EPS)
