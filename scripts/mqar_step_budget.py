@@ -2,7 +2,7 @@
 
 Reads a finished study's runs CSV (mqar_study.py's <name>_runs.csv), takes the points at
 --widths and --short-conv with the lr the study chose for each (on validation, on the grid's
-lr_seed), and trains every seed of the grid there with trainer.max_steps=--max-steps, one run
+lr seeds), and trains every seed the study ran there with trainer.max_steps=--max-steps, one run
 each in <root>/<run id>/ (finished runs are skipped, so the command resumes; --resume-from the
 runs CSV it wrote counts those runs as finished too). Then writes into --out <name>_runs.csv
 (the longer runs), <name>.csv (per point, both budgets: median test accuracy, seeds at 90%
@@ -65,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         names = check_variant_names(args.attention) if args.attention else variant_names()
         grid = load_grid(args.preset)
         study = load_archive(args.study, preset_protocol(args.preset))
-        points = chosen_points(study, grid["lr_seed"], args.widths, args.short_conv, names)
+        points = chosen_points(study, grid, args.widths, args.short_conv, names)
         if points.empty:
             raise ValueError(f"{args.study} has no run at d_model {args.widths} with short conv "
                              f"{args.short_conv} for {names}: pick points the study has")
-        tasks = plan_tasks(points, grid["seeds"])
+        tasks = plan_tasks(points, study)
         archived = (None if args.resume_from is None else
                     load_archive(args.resume_from, preset_protocol(args.preset, longer_steps)))
         done = frozenset() if archived is None else frozenset(archived["run"])
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(points)} points x {len(grid['seeds'])} seeds at max_steps "
                   f"{args.max_steps}: {sum(len(n) for _, n in todo)} runs to go", flush=True)
             counts: dict[str, int] = {}
-            run_tasks(todo, args.preset, args.root, args.jobs, args.threads, longer_steps, counts)
+            run_tasks(todo, args.preset, args.root, args.jobs, args.threads, longer_steps, counts,
+                      entries=grid["entries"])
             print(f"outcomes: {counts}", flush=True)
         longer = study_runs(args.root, archived)
     except (LinarenaError, ValueError, FileNotFoundError) as error:

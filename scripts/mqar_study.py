@@ -1,26 +1,28 @@
 """MQAR recall against state size: run the study of a preset, then write its CSV and figure.
 
-Every attention of conf/attention/ at every width, short-conv setting, learning rate and seed
-of the preset's `study:` block (or, with its lr_seed set, every lr at that seed and the other
-seeds at the lr it chose), one train.py run each in <root>/<run id>/; finished runs are skipped,
-so the same command resumes an interrupted study; with --resume-from <the runs CSV it wrote>
-the runs listed there count as finished too, so a study spans sessions or machines through its
-committed CSV (each row names the commit that trained it). One console line per finished run (result,
-ETA); each point's train.py output goes to <root>/<point>/console.log. Then, from the runs'
-summary.json files: <out>/<name>_runs.csv (every run), <name>.csv (per attention, short conv and
-width: the lr chosen on validation, the median test accuracy over seeds, the seeds that reached
-90% and that success rate with its 95% Wilson interval), <name>.md (that table) and <name>.png (the figure, every seed drawn), each with its
-provenance record in <out>/provenance.json.
+Every attention of conf/attention/ and every hybrid entry of the preset's `study:` block at
+every width and short-conv setting, by the protocol of linarena.studies.state_size: every lr at
+the lr seeds, the other seeds at the lr chosen on their validation accuracy, more seeds where
+the outcomes split; one train.py run each in <root>/<point>/<attention>/. Finished runs are
+skipped, so the same command resumes an interrupted study; with --resume-from <the runs CSV it
+wrote> the runs listed there count as finished too, so a study spans sessions or machines
+through its committed CSV (each row names the commit that trained it). One console line per
+finished run (result, ETA); each point's train.py output goes to <root>/<point>/console.log.
+Then, from the runs' summary.json files: <out>/<name>_runs.csv (every run), <name>.csv (per
+attention, short conv and width: the lr chosen on validation, the median test accuracy over
+seeds, the seeds that reached 90% and that success rate with its 95% Wilson interval),
+<name>.md (that table) and <name>.png (the figure, every seed drawn), each with its provenance
+record in <out>/provenance.json.
 
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2
     python scripts/mqar_study.py --preset mqar_study_cpu --report-only --out docs/results
     python scripts/mqar_study.py --preset mqar_study_gpu --jobs 8 --threads 2
     python scripts/mqar_study.py --jobs 2 study.short_conv=[3] trainer.max_steps=3000
-    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --out docs/results \
+    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --out docs/results \\
         --resume-from docs/results/mqar_state_size_runs.csv
 
-Overrides of the study: block (study.widths=..., study.seeds=..., study.lr_seed=null) change the
-grid; the others go to every train.py run.
+Overrides of the study: block (study.widths=..., study.seeds=..., study.lr_seeds=null) change
+the grid; the others go to every train.py run.
 """
 
 from __future__ import annotations
@@ -30,19 +32,19 @@ import sys
 from pathlib import Path
 
 from linarena.analysis.provenance import command_line
-from linarena.attention.variants import variant_names
 from linarena.errors import LinarenaError
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
-from linarena.studies.state_size import (
+from linarena.studies.state_size import run_study, study_names
+from linarena.studies.state_size_plot import plot_state_size
+from linarena.studies.state_size_report import (
     accuracy_table,
     caption,
     figure_title,
     not_run,
-    run_study,
     summarize,
+    unfinished,
 )
-from linarena.studies.state_size_plot import plot_state_size
 from linarena.studies.study import write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -87,15 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     except (LinarenaError, ValueError, FileNotFoundError) as error:
         print(f"mqar_study.py: error: {error}", file=sys.stderr)
         return 2
-    summary = summarize(runs, grid["lr_seed"])
-    expected = len(grid["lrs"])
-    absent = not_run(summary, grid, args.attention or variant_names())
-    partial = bool((summary["lrs_tried"] < expected).any()
-                   or (summary["seeds"] < len(grid["seeds"])).any() or absent)
+    summary = summarize(runs, grid)
+    absent = not_run(summary, grid, study_names(grid, args.attention))
+    partial = bool(unfinished(summary, grid).any() or absent)
     paths = write_report(out, args.name, {
         "_runs.csv": runs, ".csv": summary,
         ".md": caption(runs, summary, grid, partial, absent) + accuracy_table(summary),
-        ".png": lambda path: plot_state_size(summary, runs, path, title=figure_title(runs, grid)),
+        ".png": lambda path: plot_state_size(summary, runs, path, title=figure_title(runs)),
     }, command_line(__file__, argv))
     print(f"{len(runs)} runs -> {paths[1]}, {paths[3]}" + (" (partial)" if partial else ""))
     return 0

@@ -69,17 +69,17 @@ def main(argv: list[str] | None = None) -> int:
         grid = load_grid(args.preset, [o for o in args.overrides if o.startswith("study.")])
         extra = [o for o in args.overrides if not o.startswith("study.")]
         runs = load_archive(args.runs, preset_protocol(args.preset, extra))
-        sample = cross_kernel.choose_sample(runs, grid["lr_seed"], args.min_runs)
+        sample = cross_kernel.choose_sample(runs, grid, args.min_runs)
         tasks = cross_kernel.sample_tasks(sample, grid["lrs"])
         commands = cross_kernel.shown_commands(tasks, args.preset, root, paths, args.threads,
-                                               extra)
+                                               extra, grid["entries"])
         archived = cross_kernel.load_resume(args.resume_from) if args.resume_from else None
         if args.dry_run:
             print_plan(sample, commands, paths)
             return 0
         if not args.report_only:
             counts = cross_kernel.run_check(tasks, args.preset, root, paths, args.jobs,
-                                            args.threads, extra, archived)
+                                            args.threads, extra, archived, grid["entries"])
             print(f"outcomes: {counts}", flush=True)
         reruns = cross_kernel.rerun_rows(sample, root, paths, archived)
     except (LinarenaError, ValueError, FileNotFoundError) as error:

@@ -12,6 +12,9 @@ from helpers.training import compose_config
 from linarena.studies.study import StudyPoint
 
 PRESET = "mqar_study_cpu"
+# The grid key the lr choice reads (state_size.lr_basis), for fixtures whose lr was chosen on
+# seed 1 alone.
+LR_ON_SEED_1 = {"lr_seeds": [1]}
 
 
 def fake_run(root: Path, attention: str, d_model: int, conv: int, lr: float,

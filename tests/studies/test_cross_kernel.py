@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.mqar import PRESET, fake_run
+from helpers.mqar import LR_ON_SEED_1, PRESET, fake_run
 from helpers.paths import load_script
 
 from linarena.studies import cross_kernel, study
@@ -65,17 +65,17 @@ def keys(sample: pd.DataFrame) -> list[tuple]:
 
 
 def test_the_sample_has_every_split_point_then_the_nearest_whole_points(runs) -> None:
-    only_splits = choose_sample(runs, lr_seed=1, min_runs=0)
+    only_splits = choose_sample(runs, LR_ON_SEED_1, min_runs=0)
     assert keys(only_splits) == [("elu", 16), ("elu", 32)]  # every split point, min-runs or not
     assert len(only_splits) == 6 and set(only_splits["lr"]) == {LR2}
     assert set(only_splits["reason"]) == {"split point"}
-    assert keys(choose_sample(runs, 1, min_runs=7)) == [("elu", 16), ("elu", 32),
+    assert keys(choose_sample(runs, LR_ON_SEED_1, min_runs=7)) == [("elu", 16), ("elu", 32),
                                                          ("softmax", 16)]
-    sample = choose_sample(runs, 1, min_runs=10)
+    sample = choose_sample(runs, LR_ON_SEED_1, min_runs=10)
     assert keys(sample) == [("elu", 16), ("elu", 32), ("softmax", 16), ("retnet", 16)]
     assert len(sample) == 12 and list(sample["seed"][:3]) == [1, 2, 3]  # whole points
     shuffled = runs.sample(frac=1, random_state=0)
-    pd.testing.assert_frame_equal(choose_sample(shuffled, 1, min_runs=10), sample)
+    pd.testing.assert_frame_equal(choose_sample(shuffled, LR_ON_SEED_1, min_runs=10), sample)
 
 
 @pytest.mark.parametrize("path, aten", [("default", "default"), ("avx2", "avx2"),
@@ -106,11 +106,11 @@ def test_a_rerun_is_the_studys_command_under_the_kernel_paths_env(
         return 1  # no run finishes: nothing is trained
 
     monkeypatch.setattr(study.subprocess, "call", fake_call)
-    tasks = cross_kernel.sample_tasks(choose_sample(runs, 1, min_runs=0), load_grid(PRESET)["lrs"])
+    tasks = cross_kernel.sample_tasks(choose_sample(runs, LR_ON_SEED_1, min_runs=0), load_grid(PRESET)["lrs"])
     cross_kernel.run_check(tasks[:1], PRESET, tmp_path, ["avx2"], jobs=1, threads=1,
                            extra=[], archived=None)
     (command, env), = launched
-    assert command == StudyPoint(16, 3, LR2, 1).command(PRESET, ["elu"], tmp_path / "avx2")
+    assert command == StudyPoint(16, 3, LR2, 1).commands(PRESET, ["elu"], tmp_path / "avx2")[0]
     assert (env["ATEN_CPU_CAPABILITY"], env["MKL_CBWR"], env["OMP_NUM_THREADS"]) == \
         ("avx2", "COMPATIBLE", "1")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.mqar import fake_run
+from helpers.mqar import LR_ON_SEED_1, fake_run
 from helpers.paths import load_script
 
 from linarena.studies.runs import load_study
@@ -35,21 +35,22 @@ def study(tmp_path_factory) -> pd.DataFrame:
 
 
 def test_the_points_carry_the_lr_the_study_chose_on_validation(study):
-    points = chosen_points(study, 1, [16], [3], ["elu", "softmax"])
+    points = chosen_points(study, LR_ON_SEED_1, [16], [3], ["elu", "softmax"])
     assert dict(zip(points["attention"], points["lr"], strict=True)) == {"elu": 1e-2,
                                                                          "softmax": 3e-3}
-    assert chosen_points(study, 1, [16], [0], ["elu"]).empty
-    assert list(chosen_points(study, 1, [16, 32], [3], ["softmax"])["d_model"]) == [16, 32]
+    assert chosen_points(study, LR_ON_SEED_1, [16], [0], ["elu"]).empty
+    assert list(chosen_points(study, LR_ON_SEED_1, [16, 32], [3], ["softmax"])["d_model"]) == [16, 32]
 
 
-def test_every_seed_of_a_point_is_planned_and_attentions_at_one_point_share_a_task(study):
-    points = chosen_points(study, 1, [16], [3], ["elu", "softmax"])
-    tasks = dict(plan(points, [1, 2, 3]))
+def test_every_seed_the_study_ran_at_a_point_is_planned_and_attentions_share_a_task(study):
+    points = chosen_points(study, LR_ON_SEED_1, [16], [3], ["elu", "softmax"])
+    tasks = dict(plan(points, study))
     assert tasks[StudyPoint(16, 3, 1e-2, 2)] == ["elu"]
-    assert tasks[StudyPoint(16, 3, 3e-3, 3)] == ["softmax"]
-    assert len(tasks) == 6
+    assert tasks[StudyPoint(16, 3, 3e-3, 1)] == ["softmax"]
+    assert StudyPoint(16, 3, 3e-3, 3) not in tasks  # the study ran softmax's seed 1 only
+    assert len(tasks) == 4
     shared = points.assign(lr=3e-3)
-    assert dict(plan(shared, [1]))[StudyPoint(16, 3, 3e-3, 1)] == ["elu", "softmax"]
+    assert dict(plan(shared, study))[StudyPoint(16, 3, 3e-3, 1)] == ["elu", "softmax"]
 
 
 def longer_runs(root: Path, seeds=(1, 2, 3)) -> pd.DataFrame:
@@ -63,7 +64,7 @@ def longer_runs(root: Path, seeds=(1, 2, 3)) -> pd.DataFrame:
 
 
 def test_the_comparison_pairs_seeds_and_counts_recall_at_both_budgets(study, tmp_path):
-    points = chosen_points(study, 1, [16], [3], ["elu"])
+    points = chosen_points(study, LR_ON_SEED_1, [16], [3], ["elu"])
     row = compare(study, longer_runs(tmp_path), points).iloc[0]
     assert row["seeds"] == 3 and row["max_steps_study"] == 2000 and row["max_steps_longer"] == 4000
     assert row["test_acc_median_study"] == pytest.approx(0.70)

@@ -17,7 +17,15 @@ from PIL import Image
 
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, load_study, state_size, study_runs
-from linarena.studies.state_size import _later_seed_tasks, choose_lr, plan_points, summarize
+from linarena.studies.state_size import (
+    choose_lr,
+    lr_points,
+    seed_tasks,
+    split_points,
+    study_names,
+    trains_at,
+)
+from linarena.studies.state_size_report import summarize, unfinished
 from linarena.studies.statistics import wilson_interval
 from linarena.studies.study import Progress, StudyPoint, missing, run_point
 
@@ -51,14 +59,33 @@ def test_state_size_counts_the_recurrent_state_or_the_kv_cache() -> None:
     assert state_size(config_of("softmax", 16)) == (2 * length * 16 * layers, "kv_cache")
 
 
-def test_grid_has_three_seeds_and_the_based_lrs() -> None:
+# The fixture's study chose its lr on seed 1 alone.
+ONE_LR_SEED = ["study.lr_seeds=[1]"]
+
+
+def test_grid_has_five_seeds_two_lr_seeds_more_where_split_and_the_based_lrs() -> None:
     grid = load_grid(PRESET)
-    assert grid["seeds"] == [1, 2, 3] and grid["lr_seed"] == 1
+    assert grid["seeds"] == [1, 2, 3, 4, 5] and grid["lr_seeds"] == [1, 2]
+    assert grid["more_seeds"] == [6, 7, 8, 9, 10]  # a split point ends with 10 seeds (#26)
     assert grid["lrs"] == pytest.approx([1e-3, 10 ** -2.5, 1e-2, 10 ** -1.5], rel=2e-3)
     assert load_grid("mqar_study_gpu")["lrs"] == grid["lrs"]  # every variant, every preset
     assert load_grid(PRESET, ["study.short_conv=[3]"])["short_conv"] == [3]
-    with pytest.raises(ValueError, match=r"study\.lr_seed=7 is not one of"):
-        load_grid(PRESET, ["study.lr_seed=7"])
+    with pytest.raises(ValueError, match=r"study\.lr_seeds=\[7\] must be some of"):
+        load_grid(PRESET, ["study.lr_seeds=[7]"])
+    with pytest.raises(ValueError, match=r"study\.more_seeds=\[5, 6\] repeats seeds"):
+        load_grid(PRESET, ["study.more_seeds=[5,6]"])
+    with pytest.raises(ValueError, match=r"study\.entries\.elu2 is neither"):
+        load_grid(PRESET, ["+study.entries.elu2=[]"])
+
+
+def test_the_study_trains_every_variant_and_its_hybrid_entries_layers_with_own_conv_at_0() -> None:
+    grid = load_grid(PRESET)
+    names = study_names(grid)
+    assert names[-2:] == ["gated_deltanet+softmax", "gated_deltanet+swa"]
+    assert study_names(grid, ["elu"]) == ["elu", *names[-2:]]
+    assert trains_at("deltanet_layer", 0) and not trains_at("deltanet_layer", 3)
+    assert trains_at("gla_layer", 3)  # fla's GLA layer has no conv by default
+    assert trains_at("gated_deltanet+swa", 3)  # a hybrid of cores takes model.short_conv
 
 
 @pytest.mark.parametrize("preset", ["mqar", "mqar_cpu", "mqar_study_cpu", "mqar_study_gpu"])
@@ -77,16 +104,32 @@ def test_study_runs_stop_at_val_acc_099(preset: str) -> None:
     assert callback.patience >= compose_config([f"experiment={preset}"]).trainer.max_steps
 
 
-def test_points_put_the_middle_lr_first_and_name_every_override(tmp_path: Path) -> None:
+def test_points_try_every_lr_at_the_lr_seeds_middle_first_and_name_every_override(
+    tmp_path: Path,
+) -> None:
     grid = load_grid(PRESET)
-    points = plan_points(grid, [1])
-    assert len(points) == len(grid["widths"]) * len(grid["short_conv"]) * len(grid["lrs"])
+    points = lr_points(grid, 32, 3)
+    assert len(points) == len(grid["lrs"]) * len(grid["lr_seeds"])
+    assert {(p.d_model, p.short_conv) for p in points} == {(32, 3)}
     lrs = grid["lrs"]
-    first = {point.lr for point in points[: 2 * len(points) // len(lrs)]}
-    assert first == {lrs[1], lrs[2]}  # the two middle ones of four
-    command = StudyPoint(32, 3, 3e-3, 2).command(PRESET, ["elu", "softmax"], tmp_path)
+    assert {point.lr for point in points[:2]} == {lrs[1], lrs[2]}  # the two middle ones of four
+    assert [point.seed for point in points] == [1] * 4 + [2] * 4
+    commands = StudyPoint(32, 3, 3e-3, 2).commands(PRESET, ["elu", "softmax"], tmp_path)
+    assert len(commands) == 1  # plain variants share one multirun
     assert {"-m", f"experiment={PRESET}", "attention=elu,softmax", "model.d_model=32",
-            "model.short_conv=3", "optim.lr=0.003", "seed=2"} <= set(command)
+            "model.short_conv=3", "optim.lr=0.003", "seed=2"} <= set(commands[0])
+
+
+def test_entries_run_in_their_own_calls_into_their_own_folders(tmp_path: Path) -> None:
+    entries = load_grid(PRESET)["entries"]
+    commands = StudyPoint(16, 0, 1e-2, 1).commands(
+        PRESET, ["elu", "swa", "gated_deltanet+swa"], tmp_path, entries)
+    plain, window, hybrid = commands
+    assert "attention=elu" in plain
+    assert {"attention=swa", "attention.window=16", "hydra.sweep.subdir='swa'"} <= set(window)
+    assert not any(arg.startswith("attention=") for arg in hybrid)  # blocks from the pattern
+    assert {"model.pattern=[gated_deltanet,{swa:{window:16}}]",
+            "hydra.sweep.subdir='gated_deltanet+swa'"} <= set(hybrid)
 
 
 def test_finished_runs_are_skipped_and_killed_ones_redone(study: Path) -> None:
@@ -105,12 +148,15 @@ def test_lr_is_chosen_on_validation_only_with_ties_to_the_lower_lr(study: Path) 
 
 
 def test_summary_gives_the_median_over_seeds_and_the_seeds_that_recalled(study: Path) -> None:
-    summary = summarize(load_study([study]), lr_seed=1).set_index(["attention", "short_conv",
-                                                                   "d_model"])
+    grid = load_grid(PRESET, ONE_LR_SEED)
+    summary = summarize(load_study([study]), grid).set_index(["attention", "short_conv",
+                                                              "d_model"])
     elu = summary.loc[("elu", 3, 16)]
     assert (elu["chosen_lr"], elu["seeds"], elu["recalled"]) == (3e-3, 3, 1)
     assert elu["test_acc_median"] == 0.85 and elu["lrs_tried"] == 3
     assert elu["best_step_median"] == 202 and elu["lr_chosen_on"] == "seed 1"
+    # elu split (1 of 3) with fewer than seeds + more_seeds: unfinished; softmax lacks lrs.
+    assert unfinished(summary.reset_index(), grid).all()
     assert summary.loc[("softmax", 0, 16), "state_kind"] == "kv_cache"
     # The statistics of every study's points (issue #26): k of n with its Wilson interval.
     assert (elu["n_seeds"], elu["successes"], elu["success_rate"]) == (3, 1, pytest.approx(1 / 3))
@@ -128,19 +174,45 @@ def test_a_diverged_run_is_a_tried_lr_that_is_never_chosen_and_says_so(
     only_diverged = choose_lr(load_study([tmp_path]))
     assert only_diverged[("performer", 0, 64)] == 3.16e-2  # nothing else to choose
     fake_run(tmp_path, "performer", 64, 0, 1e-2, val=0.30, test=0.25)
-    row = summarize(load_study([tmp_path]), lr_seed=1).iloc[0]
+    row = summarize(load_study([tmp_path]), load_grid(PRESET, ONE_LR_SEED)).iloc[0]
     assert (row["chosen_lr"], row["lrs_tried"], row["test_acc_median"]) == (1e-2, 2, 0.25)
     Progress(total_runs=2).report(StudyPoint(64, 0, 3.16e-2, 1), ["performer"], tmp_path, "ok")
     assert "performer: diverged at step 300 (no accuracy)" in capsys.readouterr().out
 
 
 def test_later_seeds_run_only_at_the_lr_their_first_seed_chose(study: Path) -> None:
-    grid = load_grid(PRESET)
-    tasks = dict(_later_seed_tasks(grid, study, ["elu", "softmax", "taylor"]))
+    grid = load_grid(PRESET, ONE_LR_SEED)
+    tasks = dict(seed_tasks(grid, study, ["elu", "softmax", "taylor"], [2, 3]))
     assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu seeds 2 and 3 already ran
     assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
     assert tasks[StudyPoint(16, 0, 3e-3, 3)] == ["softmax"]
     assert all(point.lr == 3e-3 for point in tasks)
+
+
+def test_the_lr_is_chosen_on_two_seeds_median_not_on_one(tmp_path: Path) -> None:
+    fake_run(tmp_path, "elu", 16, 3, 1e-3, val=0.80, test=0.80, seed=1)
+    fake_run(tmp_path, "elu", 16, 3, 1e-3, val=0.20, test=0.20, seed=2)
+    fake_run(tmp_path, "elu", 16, 3, 1e-2, val=0.70, test=0.70, seed=1)
+    fake_run(tmp_path, "elu", 16, 3, 1e-2, val=0.60, test=0.60, seed=2)
+    fake_run(tmp_path, "elu", 16, 3, 1e-2, val=0.99, test=0.99, seed=3)  # not an lr seed
+    runs = load_study([tmp_path])
+    grid = load_grid(PRESET)
+    summary = summarize(runs, grid).iloc[0]
+    assert summary["chosen_lr"] == 1e-2  # seed 1 alone would choose 1e-3
+    assert summary["lr_chosen_on"] == "seeds 1, 2" and summary["seeds"] == 3
+
+
+def test_points_whose_seeds_split_get_more_seeds_the_others_do_not(tmp_path: Path) -> None:
+    grid = load_grid(PRESET, ["study.lrs=[1e-2]"])
+    for seed, test in zip(range(1, 6), (0.99, 0.95, 0.20, 0.99, 0.99), strict=True):
+        fake_run(tmp_path, "elu", 16, 3, 1e-2, val=test, test=test, seed=seed)  # 4 of 5
+        fake_run(tmp_path, "taylor", 16, 3, 1e-2, val=0.99, test=0.99, seed=seed)  # 5 of 5
+    fake_run(tmp_path, "softmax", 16, 3, 1e-2, val=0.99, test=0.99, seed=1)  # 1 of 1 so far
+    assert split_points(load_study([tmp_path]), grid) == {("elu", 3, 16)}
+    tasks = seed_tasks(grid, tmp_path, ["elu", "taylor", "softmax"], grid["more_seeds"],
+                       only=split_points(load_study([tmp_path]), grid))
+    assert sorted(point.seed for point, _ in tasks) == grid["more_seeds"]
+    assert all(names == ["elu"] for _, names in tasks)
 
 
 def test_progress_prints_one_line_per_run_with_its_result_and_an_eta(
@@ -159,14 +231,14 @@ def test_report_writes_csvs_table_and_a_two_panel_figure(study: Path, tmp_path: 
     script = load_script("scripts/mqar_study.py")
     out = tmp_path / "out"
     assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
-                        "--out", str(out)]) == 0
+                        "--out", str(out), *ONE_LR_SEED]) == 0
     summary = pd.read_csv(out / "mqar_state_size.csv")
     assert len(summary) == 3 and len(pd.read_csv(out / "mqar_state_size_runs.csv")) == 8
     table = (out / "mqar_state_size.md").read_text()
     assert "PARTIAL" in table  # softmax at d16 without conv has 1 of 4 lrs
     # What the grid still lacks: whole variants, then per variant the convs and widths left.
     assert "cosFormer;" in table and "elu+1 conv 3 at d=32, 64 and without conv;" in table
-    assert "chosen on seed 1's runs" in table
+    assert "every lr at seed 1;" in table
     assert "| elu+1 | 3 | 85.0 (1/3) | – |" in table
     assert table.index("| softmax |") < table.index("| elu+1 |")  # registry order
     width, height = Image.open(out / "mqar_state_size.png").size
@@ -188,20 +260,21 @@ def test_a_study_resumes_from_the_runs_csv_it_wrote(study: Path, tmp_path: Path)
     script = load_script("scripts/mqar_study.py")
     first = tmp_path / "first"
     assert script.main(["--preset", PRESET, "--root", str(study), "--report-only",
-                        "--out", str(first)]) == 0
+                        "--out", str(first), *ONE_LR_SEED]) == 0
     archive = first / "mqar_state_size_runs.csv"
     assert set(pd.read_csv(archive)["commit"]) == {"c0ffee"}  # each row names its code
     archived = load_archive(archive, preset_protocol(PRESET))
     empty = tmp_path / "fresh_root"
     done = frozenset(archived["run"])
     assert missing(StudyPoint(16, 3, 3e-3, 1), empty, ["elu", "softmax"], done) == ["softmax"]
-    tasks = dict(_later_seed_tasks(load_grid(PRESET), empty, ["elu", "taylor"], archived))
+    tasks = dict(seed_tasks(load_grid(PRESET, ONE_LR_SEED), empty, ["elu", "taylor"], [2, 3],
+                            archived))
     assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
     assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu's seed 2 is in the archive
     assert len(study_runs(empty, archived)) == 8
     second = tmp_path / "second"
     assert script.main(["--preset", PRESET, "--root", str(empty), "--report-only",
-                        "--out", str(second), "--resume-from", str(archive)]) == 0
+                        "--out", str(second), "--resume-from", str(archive), *ONE_LR_SEED]) == 0
     for name in ("mqar_state_size.csv", "mqar_state_size.md"):
         assert (second / name).read_text() == (first / name).read_text()
 

@@ -98,6 +98,12 @@ def is_layer(name: str, conf_dir: Path = CONF_DIR) -> bool:
     return issubclass(get_class(_load(name, Path(conf_dir))._target_), AttentionLayer)
 
 
+def owns_short_conv(name: str, conf_dir: Path = CONF_DIR) -> bool:
+    """Whether the variant is a layer with its own short convolutions, so a model of it refuses
+    model.short_conv > 0 (AttentionLayer.own_short_conv)."""
+    return bool(getattr(get_class(_load(name, Path(conf_dir))._target_), "own_short_conv", False))
+
+
 def label(name: str, conf_dir: Path = CONF_DIR) -> str:
     """The display label the file declares (`attention_label`)."""
     return str(_read(name, Path(conf_dir))["attention_label"])

@@ -2,7 +2,7 @@
 published runs under other kernel paths and say, per point, whether the reruns' outcomes are
 consistent with the published rate.
 
-Sample (choose_sample), at each point's chosen lr (choose_lr on the lr_seed's runs, as the
+Sample (choose_sample), at each point's chosen lr (choose_lr on the lr seeds' runs, as the
 study chose it): first every split point (0 < k < n, a seed succeeds when its test accuracy
 reaches statistics.SUCCESS_THRESHOLD) with all its seeds; then the other points, nearest the
 threshold first (the smallest |test accuracy - threshold| over the point's seeds; a diverged
@@ -36,12 +36,13 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from linarena.analysis.result_files import read_csv_checked
 from linarena.studies.runs import GROUP, load_study
-from linarena.studies.state_size import choose_lr
+from linarena.studies.state_size import choose_lr, lr_basis
 from linarena.studies.statistics import SUCCESS_THRESHOLD, fisher_exact, point_statistics
 from linarena.studies.study import TRAIN_PY, StudyPoint, Task, group_tasks, pending, run_tasks
 from linarena.system import REPO_ROOT, cpu_model
@@ -107,10 +108,11 @@ def env_text(name: str) -> str:
                     for key, value in KERNEL_PATHS[name].env.items())
 
 
-def published_points(runs: pd.DataFrame, lr_seed: int | None) -> pd.DataFrame:
-    """One row per (attention, short_conv, d_model) at its chosen lr: n, k (successes), whether
-    it is split (0 < k < n), and `nearest`, its seeds' smallest |test_acc - threshold|."""
-    chosen = choose_lr(runs if lr_seed is None else runs[runs["seed"] == lr_seed])
+def published_points(runs: pd.DataFrame, grid: dict[str, Any]) -> pd.DataFrame:
+    """One row per (attention, short_conv, d_model) at its chosen lr (on the grid's lr seeds):
+    n, k (successes), whether it is split (0 < k < n), and `nearest`, its seeds' smallest
+    |test_acc - threshold|."""
+    chosen = choose_lr(lr_basis(runs, grid))
     rows = []
     for key, lr in chosen.items():
         at_lr = runs[(runs[GROUP] == pd.Series(key, index=GROUP)).all(axis=1)
@@ -123,11 +125,11 @@ def published_points(runs: pd.DataFrame, lr_seed: int | None) -> pd.DataFrame:
     return points.assign(split=(points["k"] > 0) & (points["k"] < points["n"]))
 
 
-def choose_sample(runs: pd.DataFrame, lr_seed: int | None, min_runs: int = MIN_RUNS
+def choose_sample(runs: pd.DataFrame, grid: dict[str, Any], min_runs: int = MIN_RUNS
                   ) -> pd.DataFrame:
     """The published runs to rerun (module docstring: every split point, then the points
     nearest the threshold, whole, until >= min_runs runs), with a `reason` column."""
-    points = published_points(runs, lr_seed)
+    points = published_points(runs, grid)
     ordered = pd.concat([
         points[points["split"]].sort_values(GROUP).assign(reason="split point"),
         points[~points["split"]].sort_values(["nearest", *GROUP])
@@ -164,23 +166,26 @@ def sample_tasks(sample: pd.DataFrame, lrs: Sequence[float]) -> list[Task]:
 
 
 def shown_commands(tasks: Sequence[Task], preset: str, root: Path, paths: Sequence[str],
-                   threads: int, extra: Sequence[str]) -> list[str]:
+                   threads: int, extra: Sequence[str],
+                   entries: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """Each training command as a shell line: the kernel path's env, the threads run_point
     sets, `python train.py ...` (paths relative to the repository where inside it)."""
     lines = []
     for name in paths:
         folder = root / name
         for point, names in tasks:
-            command = point.command(preset, names, folder)[2:]
-            args = [*command, *extra, *KERNEL_PATHS[name].overrides]
-            args = [arg.replace(f"{REPO_ROOT}/", "") for arg in args]
-            lines.append(f"{env_text(name)} OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} "
-                         f"python {TRAIN_PY.relative_to(REPO_ROOT)} {shlex.join(args)}".strip())
+            for command in point.commands(preset, names, folder, entries):
+                args = [*command[2:], *extra, *KERNEL_PATHS[name].overrides]
+                args = [arg.replace(f"{REPO_ROOT}/", "") for arg in args]
+                lines.append(f"{env_text(name)} OMP_NUM_THREADS={threads} "
+                             f"MKL_NUM_THREADS={threads} python "
+                             f"{TRAIN_PY.relative_to(REPO_ROOT)} {shlex.join(args)}".strip())
     return lines
 
 
 def run_check(tasks: list[Task], preset: str, root: Path, paths: Sequence[str], jobs: int,
-              threads: int, extra: Sequence[str], archived: pd.DataFrame | None) -> dict[str, int]:
+              threads: int, extra: Sequence[str], archived: pd.DataFrame | None,
+              entries: Mapping[str, Sequence[str]] | None = None) -> dict[str, int]:
     """Train each kernel path's reruns not finished under <root>/<path> nor in `archived` (a
     cross_kernel.csv written before); a count per outcome of study.run_point."""
     counts: dict[str, int] = {}
@@ -191,7 +196,8 @@ def run_check(tasks: list[Task], preset: str, root: Path, paths: Sequence[str], 
         print(f"kernel path {name} ({env_text(name)}): {sum(len(n) for _, n in todo)} runs to "
               f"go, {jobs} points at a time", flush=True)
         run_tasks(todo, preset, root / name, jobs, threads,
-                  [*extra, *KERNEL_PATHS[name].overrides], counts, KERNEL_PATHS[name].env)
+                  [*extra, *KERNEL_PATHS[name].overrides], counts, KERNEL_PATHS[name].env,
+                  entries)
     return counts
 
 

@@ -1,7 +1,8 @@
 """A study preset: its grid (the `study:` block) and its protocol (what every run shares).
 
 A study preset (conf/experiment/mqar_study_*.yaml) holds the training settings and a `study:`
-block with the grid: model widths, short-conv settings, learning rates, seeds, and `lr_seed`.
+block with the grid: model widths, short-conv settings, learning rates, seeds, the seeds the
+lr is chosen on, the seeds added where outcomes split, and entries beyond the variants.
 Its protocol, the values of runs.PROTOCOL, is what an archived run must match to count as a run
 of the study (runs.load_archive).
 """
@@ -14,8 +15,9 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from linarena.attention.patterns import is_pattern_name
 from linarena.attention.variants import CONF_DIR
 from linarena.errors import ConfigError
 
@@ -42,8 +44,11 @@ def _compose(preset: str, overrides: Sequence[str], conf_dir: Path) -> DictConfi
 def load_grid(preset: str, overrides: Sequence[str] = (),
               conf_dir: Path = CONF_DIR) -> dict[str, Any]:
     """The `study:` block of conf/experiment/<preset>.yaml, with `overrides` of it
-    (e.g. "study.widths=[16,32]"): widths, short_conv, lrs and seeds lists, and lr_seed (None:
-    every seed tries every lr)."""
+    (e.g. "study.widths=[16,32]"): the lists widths, short_conv, lrs and seeds; lr_seeds (the
+    seeds that try every lr, the lr being chosen on them; None: every seed tries every lr);
+    more_seeds (added at a point whose `seeds` split, state_size.split_points; default none);
+    entries ({name: [train.py overrides]}: a variant's settings in this study, or a hybrid stack,
+    named as patterns.pattern_name names it, with its model.pattern; default none)."""
     cfg = _compose(preset, overrides, conf_dir)
     if "study" not in cfg:
         raise ValueError(f"experiment={preset} has no `study:` block (widths, short_conv, lrs, "
@@ -53,10 +58,24 @@ def load_grid(preset: str, overrides: Sequence[str] = (),
     empty = [key for key in keys if not grid[key]]
     if empty:
         raise ValueError(f"experiment={preset}: study.{empty[0]} is empty; list at least one value")
-    grid["lr_seed"] = cfg.study.get("lr_seed")
-    if grid["lr_seed"] is not None and grid["lr_seed"] not in grid["seeds"]:
-        raise ValueError(f"experiment={preset}: study.lr_seed={grid['lr_seed']} is not one of "
-                         f"study.seeds {grid['seeds']}; pick one of them or null")
+    lr_seeds = cfg.study.get("lr_seeds")
+    grid["lr_seeds"] = None if lr_seeds is None else list(lr_seeds)
+    if grid["lr_seeds"] is not None and (not grid["lr_seeds"]
+                                         or not set(grid["lr_seeds"]) <= set(grid["seeds"])):
+        raise ValueError(f"experiment={preset}: study.lr_seeds={grid['lr_seeds']} must be some "
+                         f"of study.seeds {grid['seeds']}, or null (every seed tries every lr)")
+    grid["more_seeds"] = list(cfg.study.get("more_seeds") or [])
+    if set(grid["more_seeds"]) & set(grid["seeds"]):
+        raise ValueError(f"experiment={preset}: study.more_seeds={grid['more_seeds']} repeats "
+                         f"seeds of study.seeds {grid['seeds']}; list new seeds only")
+    node = cfg.study.get("entries")
+    entries = {} if node is None else OmegaConf.to_container(node, resolve=True)
+    grid["entries"] = {str(name): [str(o) for o in (extra or [])] for name, extra in entries.items()}
+    unknown = [name for name in grid["entries"] if not is_pattern_name(name)]
+    if unknown:
+        raise ValueError(f"experiment={preset}: study.entries.{unknown[0]} is neither a "
+                         "conf/attention/ variant nor a hybrid of them (e.g. gated_deltanet+swa "
+                         "with its model.pattern)")
     return grid
 
 

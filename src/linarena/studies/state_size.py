@@ -1,10 +1,17 @@
 """The MQAR state-size study (after Based, Arora et al. 2024, Figure 3): recall against state
-size, every attention of conf/attention/ at every width, short-conv setting, lr and seed of a
-study preset's grid (preset.load_grid).
+size, every attention of conf/attention/ (and the preset's hybrid entries) at every width,
+short-conv setting, lr and seed of a study preset's grid (preset.load_grid).
 
-Grid: with `lr_seed: null` every (lr, seed) is trained. With `lr_seed: <s>` the learning rate of
-each (attention, short conv, width) is chosen on seed s's runs (validation only, choose_lr) and
-the other seeds run at that learning rate only: fewer runs, said in the table's caption.
+Protocol, one (width, short conv) column at a time, so a partial study has whole columns:
+1. every lr at each of the grid's lr_seeds; the lr of each (attention, short conv, width) is
+   chosen on the median validation accuracy of those seeds (choose_lr; test accuracy is never
+   read);
+2. the grid's other seeds at that lr only;
+3. where those seeds split (some reach SUCCESS_THRESHOLD and some do not: split_points), the
+   grid's more_seeds at that lr, so a rate that can go either way rests on more seeds.
+With `lr_seeds: null` every seed tries every lr in step 1. A layer with its own short
+convolutions (variants.owns_short_conv) is trained at short_conv 0 only: model.short_conv would
+add a second convolution it does not have in its paper.
 Report: per point the chosen lr, the median test accuracy and the statistics of
 statistics.point_statistics; a table (attention x width) and a figure (state_size_plot).
 """
@@ -18,28 +25,50 @@ from typing import Any
 
 import pandas as pd
 
-from linarena.attention.variants import check_variant_names, label, variant_names
+from linarena.attention.variants import check_variant_names, owns_short_conv, variant_names
 from linarena.studies.preset import load_grid
 from linarena.studies.runs import GROUP, study_runs
-from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
+from linarena.studies.statistics import SUCCESS_THRESHOLD
 from linarena.studies.study import StudyPoint, Task, group_tasks, pending, run_tasks
 
 # Validation accuracies closer than this are a tie (500 examples x 8 queries: steps of 2.5e-4).
 TIE = 1e-4
 
 
-def plan_points(grid: dict[str, Any], seeds: Sequence[int] | None = None) -> list[StudyPoint]:
-    """Every (width, short_conv, lr, seed) of the grid for `seeds` (default: the grid's),
-    ordered so that a partial study is as useful as possible: seed by seed, all points at the
-    middle learning rate first, then the neighbouring ones; short conv on first, then by width."""
+def study_names(grid: dict[str, Any], attentions: Sequence[str] | None = None) -> list[str]:
+    """What the study trains: `attentions` (default every variant of conf/attention/), then the
+    grid's entries that are not variants (hybrid stacks)."""
+    names = check_variant_names(attentions) if attentions else variant_names()
+    return [*names, *(name for name in grid["entries"] if name not in variant_names())]
+
+
+def trains_at(name: str, short_conv: int) -> bool:
+    """Whether the study trains `name` (a variant or a hybrid's pattern name) at `short_conv`:
+    a model with a layer that owns its short convolutions only at 0."""
+    parts = [part.partition("*")[0] for part in name.split("+")]
+    return short_conv == 0 or not any(owns_short_conv(part) for part in parts)
+
+
+def columns(grid: dict[str, Any]) -> list[tuple[int, int]]:
+    """The (width, short conv) columns in the order the study trains them: width by width,
+    short conv on first."""
+    return [(int(w), int(c)) for w in grid["widths"]
+            for c in sorted(grid["short_conv"], reverse=True)]
+
+
+def lr_points(grid: dict[str, Any], width: int, conv: int) -> list[StudyPoint]:
+    """Step 1 at one column: every lr at each lr seed (every seed with lr_seeds null), seed by
+    seed, the middle learning rates first."""
     lrs = [float(lr) for lr in grid["lrs"]]
     middle = (len(lrs) - 1) / 2
-    rank = {lr: abs(index - middle) for index, lr in enumerate(lrs)}
-    seeds = grid["seeds"] if seeds is None else seeds
-    points = [StudyPoint(int(width), int(conv), lr, int(seed)) for width, conv, lr, seed
-              in itertools.product(grid["widths"], grid["short_conv"], lrs, seeds)]
-    return sorted(points, key=lambda p: (seeds.index(p.seed), rank[p.lr], -p.short_conv,
-                                         p.d_model))
+    seeds = grid["seeds"] if grid["lr_seeds"] is None else grid["lr_seeds"]
+    points = [StudyPoint(width, conv, lr, int(seed)) for lr, seed in itertools.product(lrs, seeds)]
+    return sorted(points, key=lambda p: (seeds.index(p.seed), abs(lrs.index(p.lr) - middle)))
+
+
+def lr_basis(runs: pd.DataFrame, grid: dict[str, Any]) -> pd.DataFrame:
+    """The runs the lr is chosen on: those of the grid's lr_seeds (every run when null)."""
+    return runs if grid["lr_seeds"] is None else runs[runs["seed"].isin(grid["lr_seeds"])]
 
 
 def choose_lr(runs: pd.DataFrame) -> pd.Series:
@@ -57,140 +86,74 @@ def choose_lr(runs: pd.DataFrame) -> pd.Series:
     return pd.Series(chosen, name="lr").rename_axis(GROUP)
 
 
-def _later_seed_tasks(
-    grid: dict[str, Any], root: Path, names: Sequence[str], archived: pd.DataFrame | None = None,
-) -> list[Task]:
-    """The runs of the seeds after lr_seed: each (attention, short conv, width) at the lr its
-    lr_seed runs chose, grouped into one task per point."""
+def split_points(runs: pd.DataFrame, grid: dict[str, Any]) -> set[tuple[str, int, int]]:
+    """The (attention, short conv, width) points whose runs of the grid's `seeds` at the chosen
+    lr split: 0 < successes < n."""
+    chosen = choose_lr(lr_basis(runs, grid))
+    at_lr = runs.merge(chosen.reset_index(), on=[*GROUP, "lr"])
+    at_lr = at_lr[at_lr["seed"].isin(grid["seeds"])]
+    split = set()
+    for key, group in at_lr.groupby(GROUP):
+        successes = int((group["test_acc"] >= SUCCESS_THRESHOLD).sum())
+        if 0 < successes < len(group):
+            split.add(key)
+    return split
+
+
+def seed_tasks(grid: dict[str, Any], root: Path, names: Sequence[str], seeds: Sequence[int],
+               archived: pd.DataFrame | None = None,
+               only: set[tuple[str, int, int]] | None = None) -> list[Task]:
+    """The runs of `seeds` at the lr chosen per (attention, short conv, width) on the runs so
+    far (under `root` and archived), for `names` (and only the points in `only` when given),
+    grouped into one task per point and without the finished ones."""
     runs = study_runs(root, archived)
-    chosen = choose_lr(runs[runs["seed"] == grid["lr_seed"]])
-    later = [(StudyPoint(int(width), int(conv), float(lr), int(seed)), name)
-             for (name, conv, width), lr in chosen.items() if name in names
-             for seed in grid["seeds"] if seed != grid["lr_seed"]]
-    return pending(group_tasks(later), root, frozenset(runs["run"]))
+    chosen = choose_lr(lr_basis(runs, grid))
+    wanted = [(StudyPoint(int(width), int(conv), float(lr), int(seed)), name)
+              for (name, conv, width), lr in chosen.items()
+              if name in names and (only is None or (name, conv, width) in only)
+              for seed in seeds]
+    return pending(group_tasks(wanted), root, frozenset(runs["run"]))
+
+
+STAGES = ("every lr", "the other seeds at the chosen lr", "more seeds where the seeds split")
+
+
+def stage_tasks(stage: str, grid: dict[str, Any], root: Path, names: Sequence[str],
+                column: tuple[int, int], archived: pd.DataFrame | None) -> list[Task]:
+    """The unfinished runs of one STAGES step of the protocol at one (width, short conv)."""
+    width, conv = column
+    if stage == STAGES[0]:
+        done = frozenset() if archived is None else frozenset(archived["run"])
+        return pending(((point, list(names)) for point in lr_points(grid, width, conv)),
+                       root, done)
+    if stage == STAGES[1]:
+        seeds, only = [s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])], None
+    else:
+        seeds, only = grid["more_seeds"], split_points(study_runs(root, archived), grid)
+    if not seeds:
+        return []
+    tasks = seed_tasks(grid, root, names, seeds, archived, only)
+    return [(point, left) for point, left in tasks if (point.d_model, point.short_conv) == column]
 
 
 def run_study(
     preset: str, root: Path, attentions: Sequence[str] | None = None, jobs: int = 2,
     threads: int = 1, extra: Sequence[str] = (), archived: pd.DataFrame | None = None,
 ) -> dict[str, int]:
-    """Train every missing run of the study, `jobs` points at a time; a count per outcome.
-    `archived`: finished runs from an earlier session (runs.load_archive), not rerun.
-
-    With the grid's lr_seed set: first every lr at that seed, then the other seeds at the lr
-    chosen (on validation) per attention, short conv and width."""
-    done = frozenset() if archived is None else frozenset(archived["run"])
-    names = check_variant_names(attentions) if attentions else variant_names()
+    """Train every missing run of the study (the protocol above), column by column, `jobs`
+    points at a time; a count per outcome. `archived`: finished runs from an earlier session
+    (runs.load_archive), not rerun."""
     grid = load_grid(preset, [o for o in extra if o.startswith("study.")])
-    first_seeds = grid["seeds"] if grid["lr_seed"] is None else [grid["lr_seed"]]
-    points = plan_points(grid, first_seeds)
-    todo = pending(((point, list(names)) for point in points), root, done)
-    print(f"{preset}: {len(points)} points x {len(names)} attentions (seeds {first_seeds}); "
-          f"{sum(len(left) for _, left in todo)} runs to go, {jobs} points at a time; "
-          f"per-run logs in {root}/<point>/console.log", flush=True)
+    extra = [o for o in extra if not o.startswith("study.")]
+    names = study_names(grid, attentions)
     counts: dict[str, int] = {}
-    run_tasks(todo, preset, root, jobs, threads, extra, counts)
-    if grid["lr_seed"] is None:
-        return counts
-    later = _later_seed_tasks(grid, root, names, archived)
-    print(f"{preset}: lr chosen on seed {grid['lr_seed']}; {sum(len(n) for _, n in later)} "
-          "runs of the other seeds to go", flush=True)
-    run_tasks(later, preset, root, jobs, threads, extra, counts)
+    print(f"{preset}: {len(names)} attentions, columns (width, short conv) {columns(grid)}; "
+          f"per-run logs in {root}/<point>/console.log", flush=True)
+    for column in columns(grid):
+        here = [name for name in names if trains_at(name, column[1])]
+        for stage in STAGES:
+            todo = stage_tasks(stage, grid, root, here, column, archived)
+            print(f"d_model {column[0]}, short conv {column[1]}, {stage}: "
+                  f"{sum(len(n) for _, n in todo)} runs to go", flush=True)
+            run_tasks(todo, preset, root, jobs, threads, extra, counts, entries=grid["entries"])
     return counts
-
-
-def summarize(runs: pd.DataFrame, lr_seed: int | None = None) -> pd.DataFrame:
-    """One row per (attention, short_conv, d_model) at its chosen lr (chosen on the lr_seed's
-    runs when given, else on every seed's): the median test accuracy over seeds, the seeds that
-    reached SUCCESS_THRESHOLD, the median step of the best validation accuracy, lrs tried, then
-    the STATISTICS_COLUMNS (success rate with its Wilson interval)."""
-    basis = runs if lr_seed is None else runs[runs["seed"] == lr_seed]
-    tried = basis.groupby(GROUP)["lr"].nunique()
-    groups = dict(list(runs.groupby(GROUP)))
-    rows = []
-    for key, lr in choose_lr(basis).items():
-        at_lr = groups[key][groups[key]["lr"] == lr]
-        first = at_lr.iloc[0]
-        stats = point_statistics(at_lr["test_acc"])
-        rows.append({
-            **dict(zip(GROUP, key, strict=True)), "label": first["label"],
-            "state_size": first["state_size"], "state_kind": first["state_kind"],
-            "chosen_lr": lr, "lr_chosen_on": "all seeds" if lr_seed is None else f"seed {lr_seed}",
-            "seeds": stats["n_seeds"], "recalled": stats["successes"],
-            "test_acc_median": stats["median_acc"], "test_acc_min": stats["min_acc"],
-            "test_acc_max": stats["max_acc"],
-            "val_acc_median": at_lr["val_acc_best"].median(),
-            "best_step_median": at_lr["best_step"].median(),
-            "max_steps": first["max_steps"], "lrs_tried": int(tried[key]),
-            **{column: stats[column] for column in STATISTICS_COLUMNS},
-        })
-    return pd.DataFrame(rows).sort_values(GROUP).reset_index(drop=True)
-
-
-def accuracy_table(summary: pd.DataFrame) -> str:
-    """Markdown: a row per attention and short_conv, a column per width; each cell the median
-    test accuracy % over seeds at the chosen lr and the seeds that recalled, e.g. "98.9 (2/3)"."""
-    cells = summary.assign(cell=[
-        f"{100 * row.test_acc_median:.1f} ({row.recalled}/{row.seeds})"
-        for row in summary.itertuples()])
-    table = cells.pivot(index=["attention", "short_conv"], columns="d_model", values="cell")
-    order = {name: index for index, name in enumerate(variant_names())}
-    table = table.sort_index(key=lambda index: index.map(
-        lambda value: order.get(value, len(order)) if isinstance(value, str) else -value))
-    lines = ["| attention | short conv | " + " | ".join(f"d={w}" for w in table.columns) + " |",
-             "|---|---|" + "---|" * len(table.columns)]
-    for (name, conv), row in table.iterrows():
-        values = " | ".join("–" if pd.isna(v) else v for v in row)
-        lines.append(f"| {label(name)} | {conv or 'off'} | {values} |")
-    return "\n".join(lines) + "\n"
-
-
-def not_run(summary: pd.DataFrame, grid: dict, attentions: list[str]) -> list[str]:
-    """What the grid has and the study has not finished a point of yet: an attention's label
-    when none of its points is, else the label with the short-conv settings (and widths, when
-    not every width of one is missing) left."""
-    have = set(zip(summary["attention"], summary["short_conv"], summary["d_model"], strict=True))
-    absent = []
-    for name in attentions:
-        left = {conv: [w for w in grid["widths"] if (name, conv, w) not in have]
-                for conv in grid["short_conv"]}
-        if all(len(widths) == len(grid["widths"]) for widths in left.values()):
-            absent.append(label(name))
-            continue
-        parts = [(f"conv {conv}" if conv else "without conv")
-                 + ("" if len(widths) == len(grid["widths"])
-                    else " at d=" + ", ".join(map(str, widths)))
-                 for conv, widths in left.items() if widths]
-        if parts:
-            absent.append(f"{label(name)} {' and '.join(parts)}")
-    return absent
-
-
-def caption(runs: pd.DataFrame, summary: pd.DataFrame, grid: dict, partial: bool,
-            absent: list[str]) -> str:
-    """What the table shows and how it was chosen, above it in <name>.md."""
-    first = runs.iloc[0]
-    lr_rule = ("on seed {}'s runs; the other seeds ran at that lr only".format(grid["lr_seed"])
-               if grid["lr_seed"] is not None else "on the median over seeds")
-    text = (f"MQAR, vocab {first['vocab_size']}, length {first['seq_len']}, "
-            f"{first['num_pairs']} pairs, {first['num_layers']} layers, at most "
-            f"{first['max_steps']} steps (early stop at val acc 0.99); seeds {grid['seeds']}; "
-            f"lrs {grid['lrs']}.\n\nEach cell: median test accuracy (%) over seeds at the lr "
-            f"with the best validation accuracy (chosen {lr_rule}; ties to the lower lr; test "
-            f"accuracy never read), and (k/n) the seeds whose test accuracy reached "
-            f"{100 * SUCCESS_THRESHOLD:.0f}%. Median step of the best validation accuracy: "
-            f"{summary['best_step_median'].median():.0f} of at most {first['max_steps']}.\n\n")
-    if partial:
-        left = f" Not finished yet: {'; '.join(absent)}." if absent else ""
-        text = (f"PARTIAL: the study has not finished. Rows with fewer than "
-                f"{len(grid['lrs'])} lrs tried or {len(grid['seeds'])} seeds are incomplete."
-                f"{left}\n\n" + text)
-    return text
-
-
-def figure_title(runs: pd.DataFrame, grid: dict) -> str:
-    """The figure's title: the task and what the line and points are."""
-    first = runs.iloc[0]
-    return (f"MQAR, vocab {first['vocab_size']}, length {first['seq_len']}, "
-            f"{first['num_pairs']} pairs; median of {len(grid['seeds'])} seeds (line), "
-            "every seed (points)")

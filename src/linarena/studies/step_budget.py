@@ -12,11 +12,12 @@ the median step of the best validation accuracy, at both budgets.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
 from linarena.studies.runs import GROUP
-from linarena.studies.state_size import choose_lr
+from linarena.studies.state_size import choose_lr, lr_basis
 from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.studies.study import StudyPoint, Task, group_tasks
 
@@ -25,24 +26,28 @@ LR_DIGITS = 10
 KEY = [*GROUP, "lr", "seed"]
 
 
-def chosen_points(study: pd.DataFrame, lr_seed: int | None, widths: Sequence[int],
+def chosen_points(study: pd.DataFrame, grid: dict[str, Any], widths: Sequence[int],
                   short_convs: Sequence[int], attentions: Sequence[str]) -> pd.DataFrame:
     """The study's (attention, short_conv, d_model) points at `widths` and `short_convs` for
-    `attentions`, each with the lr the study chose (on lr_seed's runs, or every seed's when
-    None): columns GROUP + ["lr"]."""
-    basis = study if lr_seed is None else study[study["seed"] == lr_seed]
-    chosen = choose_lr(basis).reset_index()
+    `attentions`, each with the lr the study chose (on the grid's lr seeds' runs): columns
+    GROUP + ["lr"]."""
+    chosen = choose_lr(lr_basis(study, grid)).reset_index()
     keep = (chosen["d_model"].isin(widths) & chosen["short_conv"].isin(short_convs)
             & chosen["attention"].isin(attentions))
     return chosen[keep].reset_index(drop=True)
 
 
-def plan(points: pd.DataFrame, seeds: Sequence[int]) -> list[Task]:
-    """One (StudyPoint, attentions) task per (width, short conv, lr, seed): every seed of each
-    chosen point, the attentions that share a point trained by one train.py call."""
-    return group_tasks((StudyPoint(int(row.d_model), int(row.short_conv), float(row.lr),
-                                   int(seed)), row.attention)
-                       for seed in seeds for row in points.itertuples())
+def plan(points: pd.DataFrame, study: pd.DataFrame) -> list[Task]:
+    """One (StudyPoint, attentions) task per (width, short conv, lr, seed): every seed the study
+    ran at each chosen point, the attentions that share a point trained by one train.py call."""
+    tasks = []
+    for row in points.itertuples():
+        at = study[(study["attention"] == row.attention) & (study["short_conv"] == row.short_conv)
+                   & (study["d_model"] == row.d_model) & (study["lr"].round(LR_DIGITS)
+                                                         == round(row.lr, LR_DIGITS))]
+        tasks += [(StudyPoint(int(row.d_model), int(row.short_conv), float(row.lr), int(seed)),
+                   row.attention) for seed in sorted(at["seed"].unique())]
+    return group_tasks(sorted(tasks, key=lambda task: task[0].seed))
 
 
 def _at_points(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:

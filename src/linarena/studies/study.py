@@ -29,7 +29,7 @@ import pandas as pd
 from filelock import Timeout
 
 from linarena.analysis.provenance import record
-from linarena.attention.variants import CONF_DIR
+from linarena.attention.variants import CONF_DIR, variant_names
 from linarena.files import build_lock, write_atomic, write_text_atomic
 from linarena.training.summary import SUMMARY_FILE, read_summary
 
@@ -49,15 +49,27 @@ class StudyPoint:
     def folder_name(self) -> str:
         return f"d{self.d_model}_conv{self.short_conv}_lr{self.lr:.2e}_seed{self.seed}"
 
-    def command(self, preset: str, attentions: Sequence[str], root: Path) -> list[str]:
-        """The train.py multirun over `attentions` at this point: one folder per attention,
-        <root>/<folder_name>/<attention>/ (summary.json, .hydra/config.yaml)."""
-        return [sys.executable, str(TRAIN_PY), "-m", f"experiment={preset}",
-                f"attention={','.join(attentions)}", f"model.d_model={self.d_model}",
-                f"model.short_conv={self.short_conv}", f"optim.lr={self.lr}",
-                f"seed={self.seed}", "logger=none",
-                f"hydra.sweep.dir={root / self.folder_name}",
-                "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]
+    def commands(self, preset: str, names: Sequence[str], root: Path,
+                 entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
+        """The train.py calls that train `names` at this point, one folder per name,
+        <root>/<folder_name>/<name>/ (summary.json, .hydra/config.yaml): the plain variants in
+        one multirun (one process start for all), each name with study entries (a variant's
+        settings or a hybrid's model.pattern, preset.load_grid) in its own call."""
+        entries = entries or {}
+        head = [sys.executable, str(TRAIN_PY), "-m", f"experiment={preset}"]
+        common = [f"model.d_model={self.d_model}", f"model.short_conv={self.short_conv}",
+                  f"optim.lr={self.lr}", f"seed={self.seed}", "logger=none",
+                  f"hydra.sweep.dir={root / self.folder_name}"]
+        plain = [name for name in names if name not in entries]
+        calls = [[*head, f"attention={','.join(plain)}", *common,
+                  "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]] if plain else []
+        for name in names:
+            if name in entries:
+                # A hybrid's blocks come from its model.pattern, a variant's from attention=.
+                variant = [f"attention={name}"] if name in variant_names() else []
+                calls.append([*head, *variant, *common, *entries[name],
+                              f"hydra.sweep.subdir='{name}'"])
+        return calls
 
 
 # A point and the attentions to train there.
@@ -92,10 +104,11 @@ def pending(tasks: Iterable[Task], root: Path, archived: frozenset[str]) -> list
 def run_point(
     point: StudyPoint, preset: str, root: Path, attentions: Sequence[str], threads: int,
     extra: Sequence[str] = (), env: Mapping[str, str] | None = None,
+    entries: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """Train the unfinished attentions at `point` (one train.py -m call) unless another study
     process holds it; `env`: variables set for train.py beyond this process's (e.g. a CPU
-    kernel path, studies.cross_kernel). Returns "done", "busy", "ok", "ok (a run diverged)" or
+    kernel path, studies.cross_kernel); `entries`: the study's entries (StudyPoint.commands). Returns "done", "busy", "ok", "ok (a run diverged)" or
     "failed (...)"."""
     folder = root / point.folder_name
     try:
@@ -109,8 +122,10 @@ def run_point(
             launch_env = (os.environ | {"OMP_NUM_THREADS": str(threads),
                                         "MKL_NUM_THREADS": str(threads)} | dict(env or {}))
             with open(folder / "console.log", "a") as console:
-                code = subprocess.call([*point.command(preset, todo, root), *extra],
-                                       stdout=console, stderr=subprocess.STDOUT, env=launch_env)
+                codes = [subprocess.call([*command, *extra], stdout=console,
+                                         stderr=subprocess.STDOUT, env=launch_env)
+                         for command in point.commands(preset, todo, root, entries)]
+            code = max(codes)
             left = missing(point, root, attentions)
             if left:
                 return f"failed (exit {code}, missing {left})"
@@ -156,14 +171,15 @@ class Progress:
 
 def run_tasks(tasks: list[Task], preset: str, root: Path, jobs: int, threads: int,
               extra: Sequence[str], counts: dict[str, int],
-              env: Mapping[str, str] | None = None) -> None:
-    """Train each (point, attentions) task, `jobs` at a time (with `env`, see run_point),
+              env: Mapping[str, str] | None = None,
+              entries: Mapping[str, Sequence[str]] | None = None) -> None:
+    """Train each (point, attentions) task, `jobs` at a time (`env`, `entries`: see run_point),
     printing one line per run and counting each outcome of run_point into `counts`."""
     progress = Progress(sum(len(names) for _, names in tasks))
 
     def one(task: Task) -> None:
         point, names = task
-        outcome = run_point(point, preset, root, names, threads, extra, env)
+        outcome = run_point(point, preset, root, names, threads, extra, env, entries)
         counts[outcome] = counts.get(outcome, 0) + 1
         progress.report(point, names, root, outcome)
 
