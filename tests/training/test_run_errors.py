@@ -28,6 +28,7 @@ from linarena.errors import (
     ResumeError,
 )
 from linarena.launch_check import launcher_problem
+from linarena.models.positions import POSITIONS, Positions
 from linarena.training import ClassificationModule, entry
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.config_checks import check_config
@@ -167,6 +168,22 @@ def test_a_length_the_machine_cannot_hold_is_refused_with_the_figure() -> None:
     for task in ("text", "retrieval", "image", "pathfinder", "listops"):
         check_memory(compose_config([f"experiment=lra/{task}", "attention=elu"]), "cpu",
                      available=(16 * 10**9, "a 16 GB device"))
+
+
+def test_the_position_table_counts_what_each_kind_of_positions_says_it_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new kind of positions is one class: the memory check asks it, no list to edit."""
+    table = (4096 + 1) * 32 * 4  # (length + CLS) x the smoke model's d_model x float32
+
+    class TwoTables(Positions):
+        table_copies = 2
+
+    monkeypatch.setitem(POSITIONS, "two_tables", TwoTables)
+    for kind, copies in (("two_tables", 2), ("learned", 4), ("rope", 0), ("none", 0)):
+        cfg = compose_config([*SMOKE, "data.max_length=4096"])
+        cfg.model.positions = kind
+        assert check_memory(cfg, "cpu").position_table == copies * table, kind
 
 
 def test_softmax_attention_matrices_count_only_where_pytorch_materialises_them() -> None:

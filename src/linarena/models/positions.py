@@ -39,6 +39,9 @@ class Positions(nn.Module):
     # Whether the model hands this object to its attention cores, which then call rotate().
     # They share it, so such a kind holds no parameters or persistent buffers.
     rotates: ClassVar[bool] = False
+    # Copies of a (num_positions, d_model) float32 table the kind keeps while training, for the
+    # memory check before a run (training/memory.py).
+    table_copies: ClassVar[int] = 0
 
     def __init__(self, d_model: int, num_positions: int) -> None:
         super().__init__()
@@ -75,6 +78,8 @@ def sinusoidal_table(num_positions: int, d_model: int) -> Tensor:
 class SinusoidalPositions(Positions):
     """The fixed sinusoidal table added to the embedding (LRA's default)."""
 
+    table_copies = 2  # the table, and one temporary of its size while it is computed
+
     def __init__(self, d_model: int, num_positions: int) -> None:
         super().__init__(d_model, num_positions)
         # Not persistent: it is a function of the shapes, so checkpoints need not carry it.
@@ -87,6 +92,8 @@ class SinusoidalPositions(Positions):
 class LearnedPositions(Positions):
     """A trained table added to the embedding, initialised N(0, 0.02^2) (an nn.Embedding, so
     weight_decay_scope=matrices leaves it undecayed, as every embedding table)."""
+
+    table_copies = 4  # weight, gradient and the two AdamW moments
 
     def __init__(self, d_model: int, num_positions: int) -> None:
         super().__init__(d_model, num_positions)

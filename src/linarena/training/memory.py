@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from linarena.attention import SoftmaxAttention
 from linarena.errors import ResourceError
+from linarena.models.positions import POSITIONS, check_positions_kind
 from linarena.training.launch import resolve_precision
 
 FLOAT32 = 4
@@ -49,9 +50,7 @@ def estimate_memory(cfg: DictConfig, accelerator: str) -> MemoryEstimate:
     d_model, layers = int(model.d_model), int(model.num_layers)
     width = int(model.get("qkv_dim") or d_model)
     table = (length + 1) * d_model * FLOAT32
-    # Learned: weight, gradient and two AdamW moments. Sinusoidal: the table and one temporary
-    # of its size while it is computed. none and rope keep no table.
-    position_table = table * {"learned": 4, "sinusoidal": 2}.get(model.get("positions"), 0)
+    position_table = table * POSITIONS[check_positions_kind(model.positions)].table_copies
     precision = resolve_precision(cfg.trainer.precision, accelerator)
     element = 2 if "16" in precision else FLOAT32
     # Per layer and token, kept for the backward pass: the block input, its layer norm, q, k, v,
