@@ -8,10 +8,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.attention import HEAD_DIM, HEADS, VARIANTS, TokenFromQ, inputs, padding_mask
+from helpers.attention import (
+    HEAD_DIM,
+    HEADS,
+    LAYER_VARIANTS,
+    VARIANTS,
+    TokenFromQ,
+    build_layer,
+    inputs,
+    padding_mask,
+)
+from helpers.fla_reference import reference_kernels
 from helpers.training import compose_config
 
 from linarena.attention import backends
+from linarena.attention.layers import base as layers_base
 from linarena.attention.ops import fla
 from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.recurrent import core as recurrent_core
@@ -96,9 +107,8 @@ def fla_as_if_on_cuda(monkeypatch):
     """backend='fla' buildable here (fla "installed", "CUDA" at construction), with fla's
     pure-PyTorch references (tests/attention/test_ops_fla.py) in place of its Triton kernels."""
     pytest.importorskip("fla")
-    from test_ops_fla import reference_kernels
-
     monkeypatch.setattr(recurrent_core, "fla_installed", lambda: True)
+    monkeypatch.setattr(layers_base, "fla_installed", lambda: True)
     monkeypatch.setattr(backends, "fla_installed", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(fla, "load_kernels", lambda device: reference_kernels())
@@ -132,6 +142,46 @@ def test_fla_refuses_a_dtype_it_has_no_kernel_for(fla_as_if_on_cuda):
         build("deltanet", True, "fla")(q, k, v)
     with pytest.raises(ValueError, match=r"no kernel for torch\.float64 inputs"):
         build("gla", True, "fla")(q.double(), k.double(), v.double())
+
+
+def fla_layers() -> list[str]:
+    """The whole layers whose recurrence has an fla kernel (buildable with backend='fla')."""
+    return [name for name in LAYER_VARIANTS if _builds_with_fla(name)]
+
+
+def _builds_with_fla(name: str) -> bool:
+    factory = load_variant(name, {"max_length": 64, "num_heads": 2, "d_model": 32})
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(backends, "fla_installed", lambda: True)
+            patch.setattr(torch.cuda, "is_available", lambda: True)
+            factory(causal=True, backend="fla")
+    except (ConfigError, ValueError):  # refused at construction: no fla kernel for it
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", fla_layers())
+def test_a_layers_fla_path_follows_its_torch_path_and_refuses_what_fla_cannot_run(
+    fla_as_if_on_cuda, name,
+):
+    """The one rule of every core and layer (ops.fla.runs_fla): bf16-mixed inputs run fla's
+    kernels (here its references) and agree with the torch path; float64 is refused."""
+    x = torch.randn(2, 11, 32, generator=torch.Generator().manual_seed(0))
+    mask = padding_mask([11, 7], 11)
+    results = []
+    for backend in ("fla", "torch"):
+        layer = build_layer(name, True, d_model=32, num_heads=2)
+        layer.backend = backend
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(x, mask)
+        assert layer.backend_used == backend
+        results.append(out.float())
+    assert relative_error(*results) < 5e-2  # bf16 into fla: ~1e-2; a wrong convention: ~1
+    layer = build_layer(name, True, d_model=32, num_heads=2)
+    layer.backend = "fla"
+    with pytest.raises(ValueError, match=r"no kernel for torch\.float64 inputs"):
+        layer.double()(x.double(), mask)
 
 
 def test_auto_runs_torch_off_cuda_even_where_fla_is_installed(fla_as_if_on_cuda):

@@ -13,6 +13,7 @@ from linarena.attention.backends import check_backend
 from linarena.attention.feature_map import FeatureMap
 from linarena.attention.features import ChunkFeatures
 from linarena.attention.kernels import TORCH, LinearAttentionState
+from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.output_norm import OutputNorm
 from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import (
@@ -124,7 +125,7 @@ class LinearAttention(nn.Module):
         if self.training:
             self.feature_map.on_training_call()
         batch, _, length, _ = q.shape
-        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(q)
         if initial_state is not None:
             self._check_state(initial_state, q, v, dtype)
         start = 0 if initial_state is None else initial_state.position
@@ -172,7 +173,7 @@ class LinearAttention(nn.Module):
             )
         check_attention_inputs(q[:, :, None], k[:, :, None], v[:, :, None], None,
                                self.head_dim, f"{name}.step()")
-        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(q)
         if state is not None:
             self._check_state(state, q, v, dtype)
         position = 0 if state is None else state.position
@@ -203,20 +204,22 @@ class LinearAttention(nn.Module):
             initial_state = self._zero_state(q.to(dtype), v)
         return out, initial_state
 
-    def _state_key(self) -> str:
+    def state_key(self) -> str:
+        """What a state of this attention records as its maker (feature map and head_dim): a
+        state is continued only by an attention with the same key."""
         return f"{self.feature_map.state_key()} at head_dim={self.head_dim}"
 
     def _zero_state(self, like: Tensor, v: Tensor) -> LinearAttentionState:
         """The state before any token, for a batch shaped like `like` (batch, heads, ...)."""
         num_features = self.feature_map.num_features(self.head_dim)
-        return LinearAttentionState.zeros(like, num_features, v.shape[-1], self._state_key())
+        return LinearAttentionState.zeros(like, num_features, v.shape[-1], self.state_key())
 
     def _check_state(self, state: LinearAttentionState, q: Tensor, v: Tensor,
                      dtype: torch.dtype) -> None:
         expected = {"batch": q.shape[0], "heads": q.shape[1],
                     "num_features": self.feature_map.num_features(self.head_dim),
                     "value dim": v.shape[-1]}
-        check_state(state.feature_map, state.kv, self._state_key(), expected, dtype,
+        check_state(state.feature_map, state.kv, self.state_key(), expected, dtype,
                     type(self).__name__)
 
     def extra_repr(self) -> str:

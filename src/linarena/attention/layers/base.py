@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.backends import check_backend
+from linarena.attention.backends import check_backend, fla_installed
+from linarena.attention.ops import fla
 from linarena.attention.rotation import Rotation
 
 
@@ -71,6 +72,15 @@ class AttentionLayer(nn.Module):
         self.backend = backend
         self.rotary = rotary
         self.backend_used: str | None = None  # of the last forward call (see backends.py)
+        # backend="auto": whether a call may run fla's kernels (its device and dtype then say).
+        self._auto_fla = backend == "auto" and causal and fla_installed()
+
+    def runs_fla(self, dtype: torch.dtype, device: torch.device, *, delta: bool) -> bool:
+        """Whether a forward call whose recurrence inputs are of `dtype` (the projections'
+        output: the autocast dtype in a mixed-precision run) on `device` runs fla's kernels
+        (fla.runs_fla, the rule of the cores too)."""
+        return fla.runs_fla(type(self).__name__, self.backend, self._auto_fla, dtype, device,
+                            delta=delta)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *,
                 initial_state: LayerState | None = None, return_state: bool = False

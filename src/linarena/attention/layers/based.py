@@ -170,7 +170,7 @@ class BasedLayer(AttentionLayer):
         t = state.tensors
         kv = t["taylor_kv"]
         top = kv.new_full((batch, self.num_heads), lowest(kv.dtype))
-        key = self.linear.attention._state_key()
+        key = self.linear.attention.state_key()
         taylor = LinearAttentionState(kv, t["taylor_z"], top, state.position, key)
         window = WindowState(t["window_k"], t["window_v"], t["window_filled"], state.position,
                              self.window_attention.made_by())

@@ -8,11 +8,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.backends import fla_installed
 from linarena.attention.layers.base import AttentionLayer, LayerState
 from linarena.attention.layers.conv import CausalConv
 from linarena.attention.layers.norm import GatedRMSNorm
-from linarena.attention.ops import delta_rule, fla
+from linarena.attention.ops import delta_rule
+from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.core import head_projection, linear, per_head
 from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import check_right_padded, check_state, zero_padding
@@ -88,8 +88,6 @@ class DeltaNetLayer(AttentionLayer):
         self.g_proj = nn.Linear(d_model, value_dim, bias=False) if use_gate else None
         self.o_norm = GatedRMSNorm(self.head_v_dim, norm_eps)
         self.o_proj = nn.Linear(value_dim, d_model, bias=False)
-        # backend="auto": whether a call may run fla's kernels (its device and dtype then say).
-        self._auto_fla = backend == "auto" and causal and fla_installed()
 
     def log_gate(self, x: Tensor) -> Tensor | None:
         """The decay before each update, (batch, heads, n) log values: none in DeltaNet."""
@@ -101,12 +99,16 @@ class DeltaNetLayer(AttentionLayer):
         """x: (batch, n, d_model); mask: bool (batch, n), True = real. Returns (batch, n,
         d_model), and with return_state (causal) the LayerState after the real tokens."""
         self.check_call(x, mask, initial_state, return_state)
-        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(x)
         if initial_state is not None:
             self._check_state(initial_state, x, dtype)
         position = 0 if initial_state is None else initial_state.position
-        kernel_dtype = self._fla_dtype(x)
-        self.backend_used = "torch" if kernel_dtype is None else "fla"
+        # fla's kernels take the projections' dtype: autocast's in a mixed-precision run.
+        device = x.device.type
+        kernel_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                        else x.dtype)
+        use_fla = self.runs_fla(kernel_dtype, x.device, delta=True)
+        self.backend_used = "fla" if use_fla else "torch"
         lengths = None
         if return_state and mask is not None:
             check_right_padded(mask, type(self).__name__)
@@ -123,7 +125,7 @@ class DeltaNetLayer(AttentionLayer):
             q, k, v = qkv
             q, k = rotate_from(self.rotary, l2_normalise(q), l2_normalise(k), position)
             beta = torch.sigmoid(head_projection(h, self.b_proj))
-            if kernel_dtype is not None:  # fla's kernels run in that dtype, states in float32
+            if use_fla:  # fla's kernels run in that dtype, states in float32
                 q, k, v, beta = (t.to(kernel_dtype) for t in (q, k, v, beta))
             result = delta_rule(q, k, v, beta, self.log_gate(h), causal=self.causal, mask=mask,
                                 backend=self.backend_used, initial_state=caches.get("recurrent"),
@@ -149,20 +151,6 @@ class DeltaNetLayer(AttentionLayer):
         return (f"{type(self).__name__}(d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"head_k_dim={self.head_k_dim}, head_v_dim={self.head_v_dim}, "
                 f"conv_size={self.conv_size})")
-
-    def _fla_dtype(self, x: Tensor) -> torch.dtype | None:
-        """The dtype fla's kernels run this call in, or None for linarena's torch op: the
-        autocast dtype when autocast is on (the projections' dtype in a bf16-mixed run), else
-        x's. backend="fla" refuses a dtype fla's delta-rule kernels do not take."""
-        device = x.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-        if self.backend == "fla":
-            if not fla.supports(dtype, delta=True):
-                raise ValueError(f"{type(self).__name__}: backend='fla' has no kernel for "
-                                 f"{dtype} ({fla.DTYPES_NOTE}). Use backend=auto.")
-            return dtype
-        auto = self._auto_fla and x.is_cuda and fla.supports(dtype, delta=True)
-        return dtype if auto else None
 
     def _check_state(self, state: LayerState, x: Tensor, dtype: torch.dtype) -> None:
         """Refuse a recurrent state of another batch or dtype (made_by: check_call)."""

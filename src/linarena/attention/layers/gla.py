@@ -11,33 +11,14 @@ import math
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.backends import fla_installed
 from linarena.attention.layers.base import AttentionLayer, LayerState
 from linarena.attention.layers.norm import GatedRMSNorm
-from linarena.attention.ops import fla, gated_linear_attention
+from linarena.attention.ops import gated_linear_attention
+from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.core import linear, per_head
 from linarena.attention.recurrent.lean import log_sigmoid_gate
 from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import check_state, zero_padding
-
-
-def compute_dtype(x: Tensor) -> torch.dtype:
-    """float64 inputs are computed in float64, any other dtype in float32 (as the cores)."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-def runs_fla(layer: AttentionLayer, auto_fla: bool, dtype: torch.dtype,
-             device: torch.device) -> bool:
-    """Whether a forward call of `layer` runs its recurrence on fla's kernels, whose inputs are
-    of `dtype` (the projections' dtype, bf16 / fp16 under autocast) on `device`: always with
-    backend="fla" (refused for a dtype fla has no kernel for), with "auto" (auto_fla: causal
-    and fla installed) for CUDA inputs of a dtype fla takes; as RecurrentAttention decides."""
-    if layer.backend == "fla":
-        if not fla.supports(dtype, delta=False):
-            raise ValueError(f"{type(layer).__name__}: backend='fla' has no kernel for {dtype} "
-                             f"inputs ({fla.DTYPES_NOTE}). Use backend=auto.")
-        return True
-    return auto_fla and device.type == "cuda" and fla.supports(dtype, delta=False)
 
 
 def expanded_width(d_model: int, expand: float, num_heads: int, what: str, name: str) -> int:
@@ -79,8 +60,6 @@ class GatedProjectionLayer(AttentionLayer):
         self.g_proj = nn.Linear(d_model, self.value_dim, bias=False)
         self.o_proj = nn.Linear(self.value_dim, d_model, bias=False)
         self.g_norm = GatedRMSNorm(self.head_v_dim, norm_eps)
-        # backend="auto": whether a call may run fla's kernels (then its device and dtype say).
-        self._auto_fla = backend == "auto" and causal and fla_installed()
 
     def log_gate(self, x: Tensor) -> Tensor:
         """x (batch, n, d_model), in the compute dtype -> log gates <= 0, (batch, heads, n) or
@@ -110,7 +89,7 @@ class GatedProjectionLayer(AttentionLayer):
         q, k, v, g = (linear(x, proj) for proj in (self.q_proj, self.k_proj, self.v_proj,
                                                    self.g_proj))
         kernel_dtype = v.dtype
-        use_fla = runs_fla(self, self._auto_fla, kernel_dtype, x.device)
+        use_fla = self.runs_fla(kernel_dtype, x.device, delta=False)
         self.backend_used = "fla" if use_fla else "torch"
         with torch.autocast(device_type=x.device.type, enabled=False):
             q, k, v = (per_head(t.to(dtype), self.num_heads) for t in (q, k, v))

@@ -11,11 +11,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from linarena.attention.backends import fla_installed
 from linarena.attention.layers.base import AttentionLayer, LayerState
 from linarena.attention.layers.conv import CausalConv
-from linarena.attention.layers.gla import compute_dtype, expanded_width, runs_fla
+from linarena.attention.layers.gla import expanded_width
 from linarena.attention.ops import gated_linear_attention
+from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.core import linear, per_head
 from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import check_right_padded, check_state, zero_padding
@@ -93,8 +93,6 @@ class Mamba2Layer(AttentionLayer):
         self.norm_weight = nn.Parameter(torch.ones(self.inner))
         self.norm_eps = norm_eps
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
-        # backend="auto": whether a call may run fla's kernels (then its device and dtype say).
-        self._auto_fla = backend == "auto" and causal and fla_installed()
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *,
                 initial_state: LayerState | None = None, return_state: bool = False
@@ -112,7 +110,7 @@ class Mamba2Layer(AttentionLayer):
         x = zero_padding(x, mask)
         projected = linear(x, self.in_proj)
         kernel_dtype = projected.dtype
-        use_fla = runs_fla(self, self._auto_fla, kernel_dtype, x.device)
+        use_fla = self.runs_fla(kernel_dtype, x.device, delta=False)
         self.backend_used = "fla" if use_fla else "torch"
         with torch.autocast(device_type=x.device.type, enabled=False):
             z, xbc, dt = projected.to(dtype).split([self.inner, self.conv_dim, self.num_heads],

@@ -58,6 +58,21 @@ def supports(dtype: torch.dtype, *, delta: bool) -> bool:
     return dtype in (torch.float16, torch.bfloat16, torch.float32)
 
 
+def runs_fla(owner: str, backend: str, auto: bool, dtype: torch.dtype, device: torch.device, *,
+             delta: bool) -> bool:
+    """Whether a forward call runs fla's kernels on inputs of `dtype` on `device`: always with
+    backend="fla" (refused for a dtype fla has no kernel for; the op refuses inputs off CUDA),
+    with "auto" (`auto`: the layer is causal and fla is installed) for CUDA inputs of a dtype
+    fla takes. `owner`: the layer's name, for the message. The one rule of every core and
+    layer (RecurrentAttention, linarena.attention.layers)."""
+    if backend == "fla":
+        if not supports(dtype, delta=delta):
+            raise ValueError(f"{owner}: backend='fla' has no kernel for {dtype} inputs "
+                             f"({DTYPES_NOTE}). Use backend=auto.")
+        return True
+    return auto and device.type == "cuda" and supports(dtype, delta=delta)
+
+
 def _check(name: str, inputs: OpInputs, causal: bool) -> None:
     if not causal:
         raise ValueError(f"{name}: backend='fla' runs causal=True only; use backend='torch' for "

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from linarena.attention.backends import check_backend, fla_installed
 from linarena.attention.ops import delta_rule, fla, gated_linear_attention
+from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
 from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import (
@@ -170,7 +171,7 @@ class RecurrentAttention(nn.Module):
         if (initial_state is not None or return_state) and not self.causal:
             raise ValueError(f"{name}: initial_state and return_state are for causal mode; "
                              "build the module with causal=True.")
-        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(q)
         if initial_state is not None:
             self._check_state(initial_state, q, dtype)
         position = 0 if initial_state is None else initial_state.position
@@ -217,7 +218,7 @@ class RecurrentAttention(nn.Module):
         x = None if x is None else x.unsqueeze(1)
         check_attention_inputs(q, k, v, None, self.head_dim, type(self).__name__)
         self._check_token(q, x)
-        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(q)
         if state is not None:
             self._check_state(state, q, dtype)
         position = 0 if state is None else state.position
@@ -234,15 +235,10 @@ class RecurrentAttention(nn.Module):
         return self.head_dim * (self.head_dim + (self.output_norm == "denominator"))
 
     def _runs_fla(self, v: Tensor) -> bool:
-        """Whether a forward call on v (batch, heads, n, head_dim) runs fla's kernels: always
-        with backend="fla" (refused here for a dtype fla has no kernel for, and by the op for
-        inputs off CUDA), with "auto" for CUDA inputs of a dtype fla takes."""
-        if self.backend == "fla":
-            if not fla.supports(v.dtype, delta=self.delta_rule):
-                raise ValueError(f"{type(self).__name__}: backend='fla' has no kernel for "
-                                 f"{v.dtype} inputs ({fla.DTYPES_NOTE}). Use backend=auto.")
-            return True
-        return self._auto_fla and v.is_cuda and fla.supports(v.dtype, delta=self.delta_rule)
+        """Whether a forward call on v (batch, heads, n, head_dim) runs fla's kernels
+        (fla.runs_fla)."""
+        return fla.runs_fla(type(self).__name__, self.backend, self._auto_fla, v.dtype, v.device,
+                            delta=self.delta_rule)
 
     def _op(self, r: Recurrence, mask: Tensor | None, causal: bool,
             initial_state: Tensor | None = None, return_state: bool = False,
