@@ -38,6 +38,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def machine(device: str) -> dict[str, str | None]:
+    """What a run's numbers depend on beyond the code and the seed: the CPU model, the CPU
+    kernels PyTorch dispatches to (its CPU capability, which ATEN_CPU_CAPABILITY overrides),
+    MKL's reproducibility mode (MKL_CBWR), the GPU on a "cuda" device, and torch's version.
+    Across CPUs the last bits of a matmul differ, which can move a seed across a plateau."""
+    import torch  # here, not at the top: this module stays importable without torch's cost
+
+    return {"cpu": cpu_model(), "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+            "mkl_cbwr": os.environ.get("MKL_CBWR"),
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "torch": torch.__version__}
+
+
 def _git(*args: str) -> str | None:
     try:
         done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,

@@ -139,6 +139,14 @@ def test_finished_runs_are_skipped_and_killed_ones_redone(study: Path) -> None:
     assert run_point(point, PRESET, study, ["elu"], threads=1) == "done"
 
 
+def test_each_run_row_names_its_machine_and_the_command_that_trained_it(study: Path) -> None:
+    """Issue #26: provenance of the training, not only of the report."""
+    row = load_study([study]).set_index("run").loc["d16_conv3_lr3.00e-03_seed2/elu"]
+    assert (row["cpu"], row["cpu_kernels"], row["commit"]) == ("Test CPU", "AVX2", "c0ffee")
+    assert row["command"] == ("python train.py experiment=mqar_study_cpu attention=elu seed=2 "
+                              "model.d_model=16 model.short_conv=3 optim.lr=0.003")
+
+
 def test_lr_is_chosen_on_validation_only_with_ties_to_the_lower_lr(study: Path) -> None:
     runs = load_study([study])
     assert len(runs) == 8

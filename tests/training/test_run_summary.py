@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from helpers.training import compose_config, config_names, run_train, skip_without_logger_packages
 from hydra.core.hydra_config import HydraConfig
 
 from linarena.metrics import SCHEMA_VERSION, measured_metrics, summary_metrics
+from linarena.system import cpu_model
 from linarena.training import train
 from linarena.training.summary import round_floats, sweep_label
 
@@ -74,6 +76,9 @@ def test_every_logger_gives_the_same_summary(
     assert set(summary["metrics"]) == {metric.key for metric in summary_metrics()}
     assert summary["config"]["model"]["d_model"] == summary["hparams"]["d_model"]
     assert summary["attention_backend"] == "torch"  # what ran, on this CPU machine
+    # What the numbers depend on beyond code and seed (issue #26: the machine of every run).
+    assert summary["machine"]["cpu"] == cpu_model() and summary["machine"]["gpu"] is None
+    assert summary["machine"]["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()
     assert comparable(summary) == comparable(reference)
     assert (summary["wandb"] is not None) == ("wandb" in logger)
     if "csv" in logger:  # the summary's metrics reached the CSV logger too

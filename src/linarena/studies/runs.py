@@ -25,6 +25,7 @@ its layers' states:
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,8 +45,10 @@ from linarena.training.summary import SUMMARY_FILE
 RUN_COLUMNS = ("attention", "label", "short_conv", "d_model", "num_heads", "num_layers", "lr",
                "seed", "state_size", "state_kind", "test_acc", "val_acc_best", "steps",
                "best_step", "max_steps", "vocab_size", "seq_len", "num_pairs", "run", "commit")
-# Columns a runs CSV may lack (written before they existed): how long the run took.
-OPTIONAL_COLUMNS = ("duration_s",)
+# Columns a runs CSV may lack (written before they existed): how long the run took, the
+# machine it ran on (summary.json's machine: CPU model, the CPU kernels PyTorch ran) and the
+# train.py command that trained it (its Hydra overrides).
+OPTIONAL_COLUMNS = ("duration_s", "cpu", "cpu_kernels", "command")
 # What makes two runs' rows comparable: an archived row (load_archive) must match the study's
 # preset on these, or it belongs to another study.
 PROTOCOL = ("num_layers", "max_steps", "vocab_size", "seq_len", "num_pairs")
@@ -113,6 +116,15 @@ def best_step(folder: Path) -> int | None:
     return int(found[-1].name.removeprefix("best-step").split("-acc")[0])
 
 
+def train_command(folder: Path) -> str | None:
+    """The command that trains this run alone: train.py with the run's own Hydra overrides
+    (.hydra/overrides.yaml; a multirun job's are its sweep's values); None without the file."""
+    overrides = folder / ".hydra" / "overrides.yaml"
+    if not overrides.is_file():
+        return None
+    return shlex.join(["python", "train.py", *map(str, OmegaConf.load(overrides))])
+
+
 def run_row(folder: Path) -> dict:
     """The row of one finished run folder (summary.json and .hydra/config.yaml)."""
     summary = json.loads((folder / SUMMARY_FILE).read_text())
@@ -126,6 +138,7 @@ def run_row(folder: Path) -> dict:
     attention = str(summary["attention"]) if hybrid else attention_choice(folder, summary)
     size, kind = state_size(config)
     model, data, metrics = config["model"], config["data"], summary["metrics"]
+    machine = summary.get("machine") or {}
     return {
         "attention": attention, "label": pattern_label(attention),
         "short_conv": int(model.get("short_conv", 0)), "d_model": model["d_model"],
@@ -136,7 +149,8 @@ def run_row(folder: Path) -> dict:
         "max_steps": config["trainer"]["max_steps"], "vocab_size": data["vocab_size"],
         "seq_len": data["max_length"], "num_pairs": data["num_pairs"],
         "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
-        "duration_s": summary.get("duration_s"),
+        "duration_s": summary.get("duration_s"), "cpu": machine.get("cpu"),
+        "cpu_kernels": machine.get("cpu_kernels"), "command": train_command(folder),
     }
 
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from linarena.attention.backends import backend_used
 from linarena.errors import NonFiniteStateError
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
-from linarena.system import code_version
+from linarena.system import code_version, machine
 from linarena.training.build import build_components
 from linarena.training.config_checks import check_config, fit_validation_interval
 from linarena.training.launch import check_launch
@@ -74,6 +74,7 @@ def train(cfg: DictConfig) -> float:
         """summary.json's facts about this run, finished or diverged."""
         return {"output_dir": str(output_dir), "device": parts.module.device.type,
                 "attention_backend": backend_used(parts.module), "commit": commit,
+                "machine": machine(parts.module.device.type),
                 "world_size": parts.perf.world_size,
                 "global_step": trainer.global_step,
                 "duration_s": round(time.monotonic() - started, 1), "resumes": history}
