@@ -30,7 +30,8 @@ def preset_config() -> dict:
     return {"data": {"train": OmegaConf.to_container(cfg.data.train),
                      "test": OmegaConf.to_container(cfg.data.test),
                      "vocab_size": cfg.data.vocab_size},
-            "model": {"d_model": cfg.model.d_model, "num_layers": cfg.model.num_layers},
+            "model": {"d_model": cfg.model.d_model, "num_layers": cfg.model.num_layers,
+                      "positions": cfg.model.positions},
             "optim": {"lr": cfg.optim.lr}, "trainer": {"max_steps": cfg.trainer.max_steps},
             "callbacks": {"early_stopping": OmegaConf.to_container(
                 cfg.callbacks.early_stopping)}}
@@ -84,9 +85,9 @@ def test_median_range_and_seeds_that_recall_per_setting(runs_root: Path) -> None
     assert (softmax_long["seeds"], softmax_long["failed"], softmax_long["recalled"]) == (2, 1, 0)
     assert softmax_long["test_acc_median"] == pytest.approx(0.10)
     table = accuracy_table(summarize(runs))
-    assert f"| {label('elu')} | 98.0 (3/3) | 98.0 (3/3) | 98.0 (3/3) | 92.0 (2/3) | 92.0 (2/3) |" \
+    assert f"| {label('elu')} | sinusoidal | 98.0 (3/3) | 98.0 (3/3) | 98.0 (3/3) | 92.0 (2/3) | 92.0 (2/3) |" \
         in table
-    assert f"| {label('softmax')} | 100.0 (2/2) | 100.0 (2/2) | 100.0 (2/2) | 10.0 (0/2) |" in table
+    assert f"| {label('softmax')} | sinusoidal | 100.0 (2/2) | 100.0 (2/2) | 100.0 (2/2) | 10.0 (0/2) |" in table
 
 
 def test_each_setting_carries_the_success_rate_with_its_wilson_interval(runs_root: Path) -> None:
@@ -107,7 +108,8 @@ def test_lengths_beyond_training_are_marked_and_columns_sorted(runs_root: Path) 
     # The preset trains on lengths 32 and 64: 128 and 256 are beyond.
     assert set(runs[runs["beyond_train"]]["length"]) == {128, 256}
     header = accuracy_table(summarize(runs)).splitlines()[0]
-    assert header == "| attention | L32 P4 | L64 P8 | L64 P16 | L128 P32 † | L256 P64 † |"
+    assert header == ("| attention | positions | L32 P4 | L64 P8 | L64 P16 | L128 P32 † "
+                      "| L256 P64 † |")
 
 
 def test_rows_follow_the_registry_order(runs_root: Path) -> None:
@@ -118,6 +120,21 @@ def test_rows_follow_the_registry_order(runs_root: Path) -> None:
     assert rows == expected
     assert list(dict.fromkeys(runs["attention"])) == [
         name for name in variant_names() if name in {"elu", "softmax", "taylor"}]
+
+
+def test_each_kind_of_positions_is_its_own_row_never_pooled(tmp_path: Path,
+                                                            preset_config: dict) -> None:
+    """Issue #28: the mixture with positions none and rope, per attention."""
+    for positions, long in (("none", 0.95), ("rope", 0.20)):
+        config = {**preset_config, "model": {**preset_config["model"], "positions": positions}}
+        for seed in (1, 2):
+            fake_run(tmp_path, f"{positions}_{seed}", "elu", seed, accuracies(0.99, long), config)
+    summary = summarize(load_runs([tmp_path])[0]).set_index(["positions", "length"])
+    assert summary.loc[("none", 256), "recalled"] == 2 and summary.loc[("none", 256), "seeds"] == 2
+    assert summary.loc[("rope", 256), "recalled"] == 0
+    table = accuracy_table(summarize(load_runs([tmp_path])[0]))
+    assert f"| {label('elu')} | none | 99.0 (2/2)" in table
+    assert f"| {label('elu')} | rope | 99.0 (2/2)" in table
 
 
 def test_runs_of_different_mixtures_are_not_pooled(runs_root: Path, preset_config: dict) -> None:
@@ -139,7 +156,7 @@ def test_no_mixture_run_and_a_repeated_seed_are_clear_errors(tmp_path: Path,
         load_runs([root])
     fake_run(root, "a", "elu", 1, accuracies(0.5, 0.5), preset_config)
     twice = fake_run(root, "b", "elu", 1, accuracies(0.6, 0.6), preset_config)
-    with pytest.raises(ValueError, match=r"attention elu seed 1 ran twice: .* and "
+    with pytest.raises(ValueError, match=r"attention elu with positions sinusoidal, seed 1, ran twice: .* and "
                        + re.escape(str(twice))):
         load_runs([root])
 
@@ -169,7 +186,7 @@ def test_script_writes_the_three_files_with_provenance_and_the_readme_table(
     assert "`python scripts/mqar_mixture.py" in caption and "--runs-command" not in caption
     assert f"commit {records['mqar_mixture.csv']['commit'][:10]}" in caption
     assert "One run: `python train.py experiment=mqar_mixture_cpu attention=" in rendered
-    assert "| attention | L32 P4 |" in rendered and "92.0 (2/3)" in rendered
+    assert "| attention | positions | L32 P4 |" in rendered and "92.0 (2/3)" in rendered
     capsys.readouterr()
     assert script.main(["--runs", str(tmp_path / "nowhere")]) == 2
     assert "mqar_mixture.py: error: --runs" in capsys.readouterr().err

@@ -11,7 +11,9 @@ Settings longer than the longest training length are marked †: there the model
 it never trained on.
 
 Runs are pooled only when they trained and tested on one mixture, at one width, depth, learning
-rate and step budget (only the attention and the seed may differ).
+rate and step budget (only the attention, the kind of positions and the seed may differ); each
+(attention, positions) is a row of the table (issue #28: where does length generalisation
+appear without absolute position codes, model.positions=none or rope?).
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from linarena.metrics import TEST_ACC_PER_SETTING
 from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.training.summary import SUMMARY_FILE
 
-RUN_COLUMNS = ("attention", "label", "seed", "length", "pairs", "acc", "beyond_train", "run",
-               "commit", "duration_s")
-SUMMARY_COLUMNS = ("attention", "label", "length", "pairs", "beyond_train", "seeds", "failed",
+RUN_COLUMNS = ("attention", "label", "positions", "seed", "length", "pairs", "acc",
+               "beyond_train", "run", "commit", "duration_s")
+SUMMARY_COLUMNS = ("attention", "label", "positions", "length", "pairs", "beyond_train", "seeds",
+                   "failed",
                    "recalled", "test_acc_median", "test_acc_min", "test_acc_max",
                    *STATISTICS_COLUMNS)
 SETTING = re.compile(re.escape(TEST_ACC_PER_SETTING.key) + r"L(?P<length>\d+)_P(?P<pairs>\d+)$")
@@ -81,8 +84,9 @@ def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                          "mixture); was it written by linarena's train.py?")
     longest = max(int(item["length"]) for item in train)
     attention = str(summary["attention"])
+    positions = str(_get(summary["config"], "model.positions"))
     return [{"attention": attention, "label": attention_label(attention),
-             "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
+             "positions": positions, "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
              "beyond_train": length > longest,
              "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
              "duration_s": summary.get("duration_s")}
@@ -119,10 +123,11 @@ def load_runs(roots: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[str, Any]
         found = run_rows(path.parent, summary)
         if not found:
             continue
-        key = (found[0]["attention"], found[0]["seed"])
+        key = (found[0]["attention"], found[0]["positions"], found[0]["seed"])
         if key in seen:
-            raise ValueError(f"attention {key[0]} seed {key[1]} ran twice: {seen[key]} and "
-                             f"{path.parent}; keep one of them out of --runs")
+            raise ValueError(f"attention {key[0]} with positions {key[1]}, seed {key[2]}, ran "
+                             f"twice: {seen[key]} and {path.parent}; keep one of them out of "
+                             "--runs")
         seen[key] = path.parent
         settings[path.parent] = {k: _get(summary["config"], k) for k in POOLED_ON}
         configs.append(summary["config"])
@@ -133,8 +138,8 @@ def load_runs(roots: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[str, Any]
                          "experiment=mqar_mixture_cpu (debug runs are left out)")
     _check_poolable(settings)
     runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
-    runs = runs.sort_values(["attention", "seed", "length", "pairs"], kind="stable",
-                            key=_registry_key)
+    runs = runs.sort_values(["attention", "positions", "seed", "length", "pairs"],
+                            kind="stable", key=_registry_key)
     return runs.reset_index(drop=True), configs[0]
 
 
@@ -147,17 +152,18 @@ def _registry_key(column: pd.Series) -> pd.Series:
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (attention, test setting), in SUMMARY_COLUMNS: seeds, the seeds whose run
+    """One row per (attention, positions, test setting), in SUMMARY_COLUMNS: seeds, the seeds whose run
     diverged (no accuracy: counted among the seeds, never as recalling), the seeds that reached
     SUCCESS_THRESHOLD, the median, min and max accuracy over the others, then the
     STATISTICS_COLUMNS (success rate with its Wilson interval)."""
     rows = []
-    for (attention, length, pairs), group in runs.groupby(["attention", "length", "pairs"],
-                                                          sort=False):
+    for (attention, positions, length, pairs), group in runs.groupby(
+            ["attention", "positions", "length", "pairs"], sort=False):
         acc = group["acc"]
         stats = point_statistics(acc)
         rows.append({
-            "attention": attention, "label": group["label"].iloc[0], "length": length,
+            "attention": attention, "label": group["label"].iloc[0], "positions": positions,
+            "length": length,
             "pairs": pairs, "beyond_train": bool(group["beyond_train"].iloc[0]),
             "seeds": stats["n_seeds"], "failed": int(acc.isna().sum()),
             "recalled": stats["successes"], "test_acc_median": stats["median_acc"],
@@ -165,8 +171,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
             **{column: stats[column] for column in STATISTICS_COLUMNS},
         })
     summary = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
-    summary = summary.sort_values(["attention", "length", "pairs"], kind="stable",
-                                  key=_registry_key)
+    summary = summary.sort_values(["attention", "positions", "length", "pairs"],
+                                  kind="stable", key=_registry_key)
     return summary.reset_index(drop=True)
 
 
@@ -176,21 +182,25 @@ def setting_header(length: int, pairs: int, beyond: bool) -> str:
 
 
 def accuracy_table(summary: pd.DataFrame) -> str:
-    """Markdown: a row per attention (registry order), a column per test setting (by length,
-    then pairs); each cell the median accuracy % over seeds and (k/n) the seeds that reached
-    SUCCESS_THRESHOLD, e.g. "98.9 (2/3)"; "–" where there is no accuracy."""
+    """Markdown: a row per attention (registry order) and kind of positions, a column per test
+    setting (by length, then pairs); each cell the median accuracy % over seeds and (k/n) the
+    seeds that reached SUCCESS_THRESHOLD, e.g. "98.9 (2/3)"; "–" where there is no accuracy."""
     settings = summary[["length", "pairs", "beyond_train"]].drop_duplicates()
     settings = settings.sort_values(["length", "pairs"])
     columns = list(zip(settings["length"], settings["pairs"], strict=True))
-    cells = {(row.attention, row.length, row.pairs):
+    cells = {(row.attention, row.positions, row.length, row.pairs):
              ("–" if pd.isna(row.test_acc_median) else f"{100 * row.test_acc_median:.1f}")
              + f" ({row.recalled}/{row.seeds})" for row in summary.itertuples()}
-    header = ["attention", *(setting_header(length, pairs, beyond) for length, pairs, beyond
-                             in settings.itertuples(index=False))]
+    header = ["attention", "positions", *(setting_header(length, pairs, beyond)
+                                          for length, pairs, beyond
+                                          in settings.itertuples(index=False))]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for attention in dict.fromkeys(summary["attention"]):
-        values = [cells.get((attention, length, pairs), "–") for length, pairs in columns]
-        lines.append(f"| {attention_label(attention)} | " + " | ".join(values) + " |")
+    for attention, positions in dict.fromkeys(zip(summary["attention"], summary["positions"],
+                                                  strict=True)):
+        values = [cells.get((attention, positions, length, pairs), "–")
+                  for length, pairs in columns]
+        lines.append(f"| {attention_label(attention)} | {positions} | " + " | ".join(values)
+                     + " |")
     return "\n".join(lines) + "\n"
 
 
