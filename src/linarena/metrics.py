@@ -41,7 +41,10 @@ class Metric:
         scale: factor from the stored value to the table's (100 for a fraction shown in %).
         integer: stored as an int in summary.json.
         progress: (short name, format) on the progress bar and progress lines; None: not shown.
-        since: the summary.json schema version that first has it (older summaries lack it).
+        since: the summary.json schema version that first has it (older summaries lack it). A
+            new optional metric needs nothing else; a new required one bumps SCHEMA_VERSION and
+            sets since to it, so that a summary written before it is told apart from a damaged
+            one (analysis.runs).
         prefix: `key` names a family: every logged key that starts with it (one per test
             setting, e.g. test/acc_L256_P64 of the MQAR mixture), each treated as this metric.
         measured: a measurement of the machine (time, memory), not a result of the

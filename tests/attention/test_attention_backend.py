@@ -62,7 +62,8 @@ def test_auto_and_torch_give_identical_outputs_on_cpu(name, causal):
         attn = build(name, causal, backend)
         assert core(attn).backend_used is None
         out = attn(q, k, v, mask)
-        grads = torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v))
+        grads = torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v),
+                                    materialize_grads=True)
         assert core(attn).backend_used == "torch"
         results.append((out, *grads))
     for a, b in zip(*results, strict=True):
@@ -128,7 +129,8 @@ def test_the_fla_path_follows_the_torch_one(fla_as_if_on_cuda, name):
     for backend in ("fla", "torch"):
         attn = build(name, True, backend)
         out, state = attn(q, k, v, mask, return_state=True)
-        grads = torch.autograd.grad((out.float() * torch.cos(out.float())).sum(), (q, k, v))
+        grads = torch.autograd.grad((out.float() * torch.cos(out.float())).sum(), (q, k, v),
+                                    materialize_grads=True)
         assert core(attn).backend_used == backend
         results.append((out, state.state, *grads))
     errors = [relative_error(a, b) for a, b in zip(*results, strict=True)]
@@ -202,7 +204,8 @@ def test_fla_and_torch_agree_on_cuda(name):
     for backend in ("fla", "auto", "torch"):
         attn = build(name, True, backend, head_dim=64).cuda()
         out = attn(q, k, v)
-        grads = torch.autograd.grad((out.float() * torch.cos(out.float())).sum(), (q, k, v))
+        grads = torch.autograd.grad((out.float() * torch.cos(out.float())).sum(), (q, k, v),
+                                    materialize_grads=True)
         assert core(attn).backend_used == ("torch" if backend == "torch" else "fla")
         results.append((out, *grads))
     for fla_result in results[:2]:

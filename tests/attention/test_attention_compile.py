@@ -1,4 +1,4 @@
-"""torch.compile: every variant, both modes, traces as one graph (fullgraph=True) and gives the
+"""torch.compile: every variant (cores and whole layers), both modes, traces as one graph (fullgraph=True) and gives the
 eager outputs and gradients, padding included; the recurrent step compiles too.
 
 The tests use the aot_eager backend: it runs Dynamo's tracing and AOT autograd, which is where
@@ -14,9 +14,11 @@ import pytest
 import torch
 from helpers.attention import (
     FEATURE_MAP_VARIANTS,
+    LAYER_VARIANTS,
     LINEAR_VARIANTS,
     VARIANTS,
     build,
+    build_layer,
     inputs,
     padding_mask,
 )
@@ -30,7 +32,9 @@ def compiled_and_eager(attn, backend: str, length: int = 29):
     results = []
     for module in (torch.compile(attn, backend=backend, fullgraph=True), attn):
         out = module(q, k, v, mask)
-        grads = torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v))
+        # materialize_grads: a core may ignore an input (HGRN-like cores tie the key to the gate).
+        grads = torch.autograd.grad((out * torch.cos(out)).sum(), (q, k, v),
+                                    materialize_grads=True)
         results.append((out, *grads))
     return results
 
@@ -55,6 +59,22 @@ def test_compiled_module_is_one_graph_and_matches_eager(name, causal, backend):
     compiled, eager = compiled_and_eager(build(name, causal).eval(), backend=backend)
     for c, e in zip(compiled, eager, strict=True):
         torch.testing.assert_close(c, e, **TOLERANCES[backend])
+
+
+@pytest.mark.parametrize("causal", [pytest.param(False, marks=pytest.mark.slow), True])
+@pytest.mark.parametrize("name", LAYER_VARIANTS)
+def test_a_compiled_whole_layer_is_one_graph_and_matches_eager(name, causal):
+    """The whole layers (x -> x) too: their convolutions, gates, norms and recurrences trace as
+    one graph (aot_eager), with eager's outputs and input gradients, padding included."""
+    layer = build_layer(name, causal).eval()
+    x = torch.randn(2, 29, layer.d_model, requires_grad=True)
+    mask = padding_mask([29, 20], 29)
+    results = []
+    for module in (torch.compile(layer, backend="aot_eager", fullgraph=True), layer):
+        out = module(x, mask)
+        results.append((out, *torch.autograd.grad((out * torch.cos(out)).sum(), (x,))))
+    for c, e in zip(*results, strict=True):
+        torch.testing.assert_close(c, e, **TOLERANCES["aot_eager"])
 
 
 @pytest.mark.parametrize("name", LINEAR_VARIANTS)

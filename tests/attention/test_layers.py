@@ -2,7 +2,7 @@
 file is picked up with no test edited. What a user relies on: causality, padding that reaches no
 real output or gradient, step() and continued states equal to one whole forward pass, a state
 refused by another layer, and the state size the studies count. Each layer's formulas are
-checked against fla's own layer in tests/attention/test_layers_fla.py."""
+checked against fla's own layer in tests/attention/test_layers_fla_{gated,delta,based}.py."""
 
 from __future__ import annotations
 

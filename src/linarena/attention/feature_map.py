@@ -41,6 +41,12 @@ class FeatureMap(nn.Module):
     weights) belongs in `setup`, where every layer gets its own. (Hydra builds a nested
     `feature_map` config once for all the layers a `_partial_` attention config makes: the copy
     is what keeps them apart.)
+
+    A map with trainable weights casts them to its input's dtype (`weight.to(x.dtype)`): the
+    float64 reference tests run float64 q, k through a module whose parameters stay float32,
+    and the kernels recompute phi chunk by chunk in the computation's dtype. Its backward
+    recomputes the map through torch.func.functional_call, which torch.compile cannot trace as
+    one graph: such a map compiles with graph breaks, not with fullgraph=True.
     """
 
     # Whether features() takes a keyword `out`: a (batch, heads, n, num_features) buffer to
