@@ -14,6 +14,7 @@ import pytest
 import torch
 from helpers.attention import (
     FEATURE_MAP_VARIANTS,
+    HEAD_DIM,
     LAYER_VARIANTS,
     LINEAR_VARIANTS,
     VARIANTS,
@@ -22,8 +23,10 @@ from helpers.attention import (
     inputs,
     padding_mask,
 )
+from torch import nn
+from torch.nn import functional as F
 
-from linarena.attention import PerformerAttention
+from linarena.attention import FeatureMap, LinearAttention, PerformerAttention
 
 
 def compiled_and_eager(attn, backend: str, length: int = 29):
@@ -59,6 +62,35 @@ def test_compiled_module_is_one_graph_and_matches_eager(name, causal, backend):
     compiled, eager = compiled_and_eager(build(name, causal).eval(), backend=backend)
     for c, e in zip(compiled, eager, strict=True):
         torch.testing.assert_close(c, e, **TOLERANCES[backend])
+
+
+class ProjectedElu(FeatureMap):
+    """phi(x) = elu(x W) + 1, W (head_dim, head_dim) trainable: a learned map (Hedgehog-like),
+    whose backward recomputes the map through torch.func.functional_call."""
+
+    def num_features(self, head_dim: int) -> int:
+        return head_dim
+
+    def setup(self, head_dim: int, causal: bool) -> None:
+        self.weight = nn.Parameter(torch.eye(head_dim) + 0.1 * torch.randn(head_dim, head_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.elu(x @ self.weight.to(x.dtype)) + 1
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_learned_feature_map_compiles_as_one_graph_with_its_weight_gradient(causal):
+    torch.manual_seed(0)
+    attn = LinearAttention(HEAD_DIM, causal, feature_map=ProjectedElu(), chunk_size=8)
+    q, k, v = (x.float().requires_grad_(True) for x in inputs(length=29))
+    mask = padding_mask([29, 20], 29)
+    results = []
+    for module in (torch.compile(attn, backend="aot_eager", fullgraph=True), attn):
+        out = module(q, k, v, mask)
+        loss = (out * torch.cos(out)).sum()
+        results.append((out, *torch.autograd.grad(loss, (q, k, v, attn.feature_map.weight))))
+    for c, e in zip(*results, strict=True):
+        torch.testing.assert_close(c, e, **TOLERANCES["aot_eager"])
 
 
 @pytest.mark.parametrize("causal", [pytest.param(False, marks=pytest.mark.slow), True])

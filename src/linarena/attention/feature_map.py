@@ -44,9 +44,8 @@ class FeatureMap(nn.Module):
 
     A map with trainable weights casts them to its input's dtype (`weight.to(x.dtype)`): the
     float64 reference tests run float64 q, k through a module whose parameters stay float32,
-    and the kernels recompute phi chunk by chunk in the computation's dtype. Its backward
-    recomputes the map through torch.func.functional_call, which torch.compile cannot trace as
-    one graph: such a map compiles with graph breaks, not with fullgraph=True.
+    and the kernels recompute phi chunk by chunk in the computation's dtype (its weights'
+    gradients then sum in that dtype too: features.MapFeaturesCall).
     """
 
     # Whether features() takes a keyword `out`: a (batch, heads, n, num_features) buffer to

@@ -26,9 +26,11 @@ from linarena.attention.feature_map import FeatureMap, FeatureOutput
 Pullback = Callable[[Tensor, Tensor | None], tuple[Tensor, tuple[Tensor, ...]]]
 
 
-class _MapFeatures(nn.Module):
+class MapFeaturesCall(nn.Module):
     """feature_map.features as a module call, so that torch.func.functional_call can run it with
-    the map's parameters replaced by vjp's inputs."""
+    the map's parameters replaced by vjp's inputs. Built once per attention layer, not per call:
+    torch.compile refuses a module created inside the region it traces ("getattr() on
+    nn.Module with pending mutation"), so a per-call wrapper broke fullgraph for learned maps."""
 
     def __init__(self, feature_map: FeatureMap) -> None:
         super().__init__()
@@ -42,13 +44,14 @@ class ChunkFeatures:
     """The features of one attention call, chunk by chunk.
 
     Args:
-        feature_map: the layer's map.
+        map_call: the layer's MapFeaturesCall of its map.
         context: feature_map.context(...) of this call.
         positions: (n,) the absolute positions of the call's tokens.
     """
 
-    def __init__(self, feature_map: FeatureMap, context: Any, positions: Tensor) -> None:
-        self.feature_map = feature_map
+    def __init__(self, map_call: MapFeaturesCall, context: Any, positions: Tensor) -> None:
+        self.map_call = map_call
+        self.feature_map = feature_map = map_call.map
         self.context = context
         self.positions = positions
         named = [(name, p) for name, p in feature_map.named_parameters() if p.requires_grad]
@@ -89,12 +92,11 @@ class ChunkFeatures:
                 return self.analytic(x, positions, phi, grad_phi, grad_log_scale), ()
 
             return phi, log_scale, analytic
-        module = _MapFeatures(self.feature_map) if self.params else None
 
         def features(x: Tensor, *params: Tensor) -> tuple[Tensor, Tensor]:
-            if params:  # the map run with vjp's parameters (functional_call: not under compile)
+            if params:  # the map run with vjp's parameters
                 phi, log_scale = torch.func.functional_call(
-                    module, dict(zip(self.param_names, params, strict=True)),
+                    self.map_call, dict(zip(self.param_names, params, strict=True)),
                     (x, positions, self.context, is_query))
             else:
                 phi, log_scale = self.feature_map.features(x, positions, self.context, is_query)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from linarena.attention.backends import check_backend
 from linarena.attention.feature_map import FeatureMap
-from linarena.attention.features import ChunkFeatures
+from linarena.attention.features import ChunkFeatures, MapFeaturesCall
 from linarena.attention.kernels import TORCH, LinearAttentionState
 from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.output_norm import OutputNorm
@@ -100,6 +100,9 @@ class LinearAttention(nn.Module):
         self.chunk_size = chunk_size
         self.feature_map = copy.deepcopy(feature_map)
         self.feature_map.setup(head_dim, causal)
+        # Not a registered submodule: it holds feature_map, whose parameters must appear once in
+        # parameters() and state_dict(); built here, outside any compiled region (features.py).
+        object.__setattr__(self, "map_call", MapFeaturesCall(self.feature_map))
         self.output_norm = OutputNorm(output_norm, head_dim)
         self.rotary = rotary
 
@@ -139,7 +142,7 @@ class LinearAttention(nn.Module):
             q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
             q, k = rotate_from(self.rotary, q, k, start)
             positions = torch.arange(start, start + length, device=q.device)
-            features = ChunkFeatures(self.feature_map, context, positions)
+            features = ChunkFeatures(self.map_call, context, positions)
             if self.causal:
                 state = self._zero_state(q, v) if initial_state is None else initial_state
                 out, state = self.kernels.causal(q, k, v, mask, features, self.eps,
@@ -184,7 +187,7 @@ class LinearAttention(nn.Module):
             q, k, v = (x.to(dtype)[:, :, None] for x in (q, k, v))
             q, k = rotate_from(self.rotary, q, k, position)
             positions = torch.arange(position, position + 1, device=q.device)
-            features = ChunkFeatures(self.feature_map, context, positions)
+            features = ChunkFeatures(self.map_call, context, positions)
             if state is None:
                 state = self._zero_state(q, v)
             out, state = self.kernels.step(q, k, v, features, state, self.eps)

@@ -46,6 +46,8 @@ class AttentionLayer(nn.Module):
         linear_in_length: cost linear in the length (a recurrence, a window); False: quadratic.
         own_short_conv: the layer has its own short convolutions, so model.short_conv (one more
             before the block) is refused.
+        fla_kernel: the layer runs fla's kernels with backend="fla" (and "auto" on CUDA); a
+            layer without one refuses backend="fla" when built.
 
     Args:
         d_model, num_heads: the model's width and heads (model.d_model, model.num_heads).
@@ -57,6 +59,7 @@ class AttentionLayer(nn.Module):
 
     linear_in_length = True
     own_short_conv = False
+    fla_kernel = False
 
     def __init__(self, d_model: int, num_heads: int, causal: bool, backend: str = "auto",
                  rotary: Rotation | None = None) -> None:
@@ -65,7 +68,8 @@ class AttentionLayer(nn.Module):
         if d_model < 1 or num_heads < 1 or d_model % num_heads:
             raise ValueError(f"{name}: d_model ({d_model}) must be a positive multiple of "
                              f"num_heads ({num_heads}).")
-        check_backend(backend, name, causal, None)
+        check_backend(backend, name, causal,
+                      None if self.fla_kernel else f"{name} has no fla kernel wired in")
         self.d_model = d_model
         self.num_heads = num_heads
         self.causal = causal

@@ -64,6 +64,7 @@ class DeltaNetLayer(AttentionLayer):
         expand_v: head_v_dim / head_k_dim (fla's expand_v / expand_k).
     """
 
+    fla_kernel = True
     own_short_conv = True
 
     def __init__(self, d_model: int, num_heads: int, causal: bool, backend: str = "auto",

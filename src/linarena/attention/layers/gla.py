@@ -45,6 +45,8 @@ class GatedProjectionLayer(AttentionLayer):
     them. The state (LayerState.tensors["recurrent"]) is (batch, heads, head_k_dim, head_v_dim).
     """
 
+    fla_kernel = True
+
     def __init__(self, d_model: int, num_heads: int, causal: bool, backend: str,
                  rotary: Rotation | None, expand_k: float, expand_v: float,
                  norm_eps: float) -> None:

@@ -70,6 +70,7 @@ class Mamba2Layer(AttentionLayer):
         norm_eps: eps of the gated RMSNorm.
     """
 
+    fla_kernel = True
     own_short_conv = True
 
     def __init__(self, d_model: int, num_heads: int, causal: bool = False,
