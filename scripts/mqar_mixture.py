@@ -1,14 +1,18 @@
-"""MQAR mixture report: accuracy per test setting, per attention, over seeds.
+"""MQAR mixture study: train it (resumable), then report accuracy per test setting, per attention
+and kind of positions, over seeds.
 
-Reads the summary.json of every run of experiment=mqar_mixture(_cpu) under --runs (debug runs
-left out) and writes, into --out, <name>_runs.csv (a row per run and test setting),
-<name>.csv (per attention and setting: the median accuracy over seeds, its range, the seeds
-that reached 90% and that success rate with its 95% Wilson interval) and <name>.md (caption and table; settings longer than any training length
-marked †), each with its provenance record in <out>/provenance.json.
+Trains every attention of conf/attention/ with each kind of positions and seed of the preset's
+`study:` block (linarena.studies.mixture_study: more seeds where they split), one run each in
+<root>/<positions>_seed<s>/<attention>/ (finished runs are skipped, so the same command resumes);
+with --report-only, trains nothing. Then reads the summary.json of every run under --runs
+(default: the root; debug runs left out) and writes, into --out, <name>_runs.csv (a row per run
+and test setting), <name>.csv (per attention, positions and setting: the median accuracy over
+seeds, its range, the seeds that reached 90% and that success rate with its 95% Wilson
+interval) and <name>.md (caption and table; settings longer than any training length marked
+†), each with its provenance record in <out>/provenance.json.
 
-    python train.py -m experiment=mqar_mixture_cpu attention=softmax,elu,taylor seed=1,2,3 \\
-        hydra.sweep.dir=outputs/studies/mqar_mixture
-    python scripts/mqar_mixture.py --runs outputs/studies/mqar_mixture --out docs/results
+    python scripts/mqar_mixture.py --preset mqar_mixture_cpu --jobs 2 --out docs/results
+    python scripts/mqar_mixture.py --report-only --runs outputs/studies/mqar_mixture --out docs/results
 """
 
 from __future__ import annotations
@@ -20,37 +24,58 @@ from pathlib import Path
 from linarena.analysis.provenance import command_line
 from linarena.errors import LinarenaError
 from linarena.studies.mixture import accuracy_table, caption, load_runs, summarize
+from linarena.studies.mixture_study import run_mixture
 from linarena.studies.study import write_report
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=Path, nargs="+", required=True,
-                        help="folders searched for the runs' summary.json (recursively)")
+    parser.add_argument("--preset", default="mqar_mixture_cpu",
+                        help="a mixture preset with a study: block (positions, seeds)")
+    parser.add_argument("--root", type=Path,
+                        default=REPO_ROOT / "outputs" / "studies" / "mqar_mixture",
+                        help="folder of the run folders (default outputs/studies/mqar_mixture)")
+    parser.add_argument("--attention", nargs="+", default=None,
+                        help="only these variants (default: every file of conf/attention/)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+    parser.add_argument("--runs", type=Path, nargs="+", default=None,
+                        help="folders searched for the runs' summary.json (recursively; "
+                             "default: --root)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the CSVs and the table go (default: the first --runs)")
     parser.add_argument("--name", default="mqar_mixture", help="file name stem of the outputs")
     parser.add_argument("--runs-command", default=None,
                         help="the command that made the runs, for the outputs' provenance "
                              "records (<out>/provenance.json)")
+    parser.add_argument("overrides", nargs="*", help="extra train.py overrides for every run "
+                                                     "(study.* ones change the grid)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    roots = args.runs or [args.root]
     try:
-        runs, config = load_runs(args.runs)
+        if not args.report_only:
+            counts = run_mixture(args.preset, args.root, args.attention, args.jobs,
+                                 args.threads, args.overrides)
+            print(f"outcomes: {counts}", flush=True)
+        runs, config = load_runs(roots)
     except (LinarenaError, ValueError, FileNotFoundError) as error:
         print(f"mqar_mixture.py: error: {error}", file=sys.stderr)
         return 2
     summary = summarize(runs)
     table = accuracy_table(summary)
-    out = args.out or args.runs[0]
+    out = args.out or roots[0]
     command = command_line(__file__, argv)
     paths = write_report(out, args.name, {
         "_runs.csv": runs, ".csv": summary, ".md": caption(runs, config) + table,
     }, f"{args.runs_command}; then {command}" if args.runs_command else command)
-    runs_count = len(runs.drop_duplicates(["attention", "seed"]))
+    runs_count = len(runs.drop_duplicates(["attention", "positions", "seed"]))
     print(table + f"{runs_count} runs -> {', '.join(map(str, paths))}")
     return 0
 

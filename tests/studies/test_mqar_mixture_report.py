@@ -166,7 +166,7 @@ def test_script_writes_the_three_files_with_provenance_and_the_readme_table(
         runs_root: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "results"
     script = load_script("scripts/mqar_mixture.py")
-    assert script.main(["--runs", str(runs_root), "--out", str(out),
+    assert script.main(["--report-only", "--runs", str(runs_root), "--out", str(out),
                         "--runs-command", "python train.py -m experiment=mqar_mixture_cpu"]) == 0
     names = ["mqar_mixture_runs.csv", "mqar_mixture.csv", "mqar_mixture.md"]
     assert all((out / name).is_file() for name in names)
@@ -174,7 +174,7 @@ def test_script_writes_the_three_files_with_provenance_and_the_readme_table(
     assert set(records) == set(names)
     assert records["mqar_mixture.md"]["command"] == (
         f"python train.py -m experiment=mqar_mixture_cpu; then python scripts/mqar_mixture.py "
-        f"--runs {runs_root} --out {out} --runs-command "
+        f"--report-only --runs {runs_root} --out {out} --runs-command "
         "'python train.py -m experiment=mqar_mixture_cpu'")
     text = (out / "mqar_mixture.md").read_text()
     assert "†: the length is beyond the longest training length (64)" in text
@@ -188,7 +188,7 @@ def test_script_writes_the_three_files_with_provenance_and_the_readme_table(
     assert "One run: `python train.py experiment=mqar_mixture_cpu attention=" in rendered
     assert "| attention | positions | L32 P4 |" in rendered and "92.0 (2/3)" in rendered
     capsys.readouterr()
-    assert script.main(["--runs", str(tmp_path / "nowhere")]) == 2
+    assert script.main(["--report-only", "--runs", str(tmp_path / "nowhere")]) == 2
     assert "mqar_mixture.py: error: --runs" in capsys.readouterr().err
 
 

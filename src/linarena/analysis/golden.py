@@ -51,10 +51,8 @@ STUDY_RERUN = ("python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 "
                "--out docs/results, then scripts/mqar_step_budget.py (bash "
                "scripts/maintainer/reproduce_results.sh study runs both)")
 BENCH_RERUN = "python scripts/benchmark_model.py --out docs/results"
-MIXTURE_RERUN = ("python train.py -m experiment=mqar_mixture_cpu attention=<the variants> "
-                 "seed=1,2,3 hydra.sweep.dir=outputs/studies/mqar_mixture, then python "
-                 "scripts/mqar_mixture.py --runs outputs/studies/mqar_mixture --out docs/results "
-                 "(bash scripts/maintainer/reproduce_results.sh mixture runs both)")
+MIXTURE_RERUN = ("python scripts/mqar_mixture.py --preset mqar_mixture_cpu --jobs 2 --out "
+                 "docs/results (bash scripts/maintainer/reproduce_results.sh mixture)")
 
 
 @dataclasses.dataclass(frozen=True)

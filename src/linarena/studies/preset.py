@@ -27,7 +27,8 @@ def study_presets(conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(path.stem for path in (conf_dir / "experiment").glob("mqar_study_*.yaml"))
 
 
-def _compose(preset: str, overrides: Sequence[str], conf_dir: Path) -> DictConfig:
+def compose_preset(preset: str, overrides: Sequence[str] = (),
+                   conf_dir: Path = CONF_DIR) -> DictConfig:
     """The config of `experiment=<preset>` with `overrides`; an unknown preset, or an override
     Hydra cannot apply, is a ConfigError of one line (the study presets, Hydra's reason)."""
     if not (conf_dir / "experiment" / f"{preset}.yaml").is_file():
@@ -49,7 +50,7 @@ def load_grid(preset: str, overrides: Sequence[str] = (),
     more_seeds (added at a point whose `seeds` split, state_size.split_points; default none);
     entries ({name: [train.py overrides]}: a variant's settings in this study, or a hybrid stack,
     named as patterns.pattern_name names it, with its model.pattern; default none)."""
-    cfg = _compose(preset, overrides, conf_dir)
+    cfg = compose_preset(preset, overrides, conf_dir)
     if "study" not in cfg:
         raise ValueError(f"experiment={preset} has no `study:` block (widths, short_conv, lrs, "
                          "seeds); use a study preset such as mqar_study_cpu")
@@ -83,7 +84,7 @@ def preset_protocol(preset: str, overrides: Sequence[str] = (),
                     conf_dir: Path = CONF_DIR) -> dict[str, int]:
     """The preset's value (with `overrides`) of each runs.PROTOCOL column: what an archived run
     must match to count as a run of this study."""
-    cfg = _compose(preset, overrides, conf_dir)
+    cfg = compose_preset(preset, overrides, conf_dir)
     return {"num_layers": cfg.model.num_layers, "max_steps": cfg.trainer.max_steps,
             "vocab_size": cfg.data.vocab_size, "seq_len": cfg.data.max_length,
             "num_pairs": cfg.data.num_pairs}

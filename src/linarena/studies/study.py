@@ -1,10 +1,11 @@
 """The one runner and report of a study: a to-do list of train.py runs, resumed from the run
 folders and from a runs CSV, trained a few points at a time, then written with provenance.
 
-A study declares its grid as tasks: a StudyPoint (width, short conv, lr, seed) with the
-attentions to train there; the attentions at one point are trained by one `train.py -m` call
-(one process start for all of them), a folder per run,
-`<root>/d<width>_conv<k>_lr<lr>_seed<s>/<attention>/` (summary.json and .hydra/config.yaml).
+A study declares its grid as tasks: a Point (the state-size study's StudyPoint: width, short
+conv, lr, seed; the mixture's MixturePoint: positions, seed) with the attentions to train
+there; the attentions at one point are trained by one `train.py -m` call (one process start
+for all of them; train_commands), a folder per run, `<root>/<point folder>/<attention>/`
+(summary.json and .hydra/config.yaml).
 `pending` is the one to-do list: a run with a summary.json is skipped, so an interrupted study
 resumes where it stopped; a run folder without one (a killed run) is started again from scratch.
 A study that spans machines or sessions also resumes from the runs CSV it wrote before
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 import pandas as pd
 from filelock import Timeout
@@ -36,9 +38,41 @@ from linarena.training.summary import SUMMARY_FILE, read_summary
 TRAIN_PY = CONF_DIR.parent / "train.py"
 
 
+def train_commands(preset: str, settings: Sequence[str], names: Sequence[str], folder: Path,
+                   entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
+    """The train.py calls that train `names` with the point's `settings` (train.py overrides),
+    one folder per name, <folder>/<name>/ (summary.json, .hydra/config.yaml): the plain variants
+    in one multirun (one process start for all), each name with study entries (a variant's
+    settings or a hybrid's model.pattern, preset.load_grid) in its own call."""
+    entries = entries or {}
+    head = [sys.executable, str(TRAIN_PY), "-m", f"experiment={preset}"]
+    common = [*settings, "logger=none", f"hydra.sweep.dir={folder}"]
+    plain = [name for name in names if name not in entries]
+    calls = [[*head, f"attention={','.join(plain)}", *common,
+              "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]] if plain else []
+    for name in names:
+        if name in entries:
+            # A hybrid's blocks come from its model.pattern, a variant's from attention=.
+            variant = [f"attention={name}"] if name in variant_names() else []
+            calls.append([*head, *variant, *common, *entries[name],
+                          f"hydra.sweep.subdir='{name}'"])
+    return calls
+
+
+class Point(Protocol):
+    """What the runner needs of a study's point: its folder under the study's root and the
+    train.py calls that train some attentions there (train_commands)."""
+
+    @property
+    def folder_name(self) -> str: ...
+
+    def commands(self, preset: str, names: Sequence[str], root: Path,
+                 entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class StudyPoint:
-    """One point of the grid: the attentions at it are trained by one `train.py -m` call."""
+    """One point of the state-size grid: the attentions at it are trained together."""
 
     d_model: int
     short_conv: int
@@ -51,41 +85,26 @@ class StudyPoint:
 
     def commands(self, preset: str, names: Sequence[str], root: Path,
                  entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
-        """The train.py calls that train `names` at this point, one folder per name,
-        <root>/<folder_name>/<name>/ (summary.json, .hydra/config.yaml): the plain variants in
-        one multirun (one process start for all), each name with study entries (a variant's
-        settings or a hybrid's model.pattern, preset.load_grid) in its own call."""
-        entries = entries or {}
-        head = [sys.executable, str(TRAIN_PY), "-m", f"experiment={preset}"]
-        common = [f"model.d_model={self.d_model}", f"model.short_conv={self.short_conv}",
-                  f"optim.lr={self.lr}", f"seed={self.seed}", "logger=none",
-                  f"hydra.sweep.dir={root / self.folder_name}"]
-        plain = [name for name in names if name not in entries]
-        calls = [[*head, f"attention={','.join(plain)}", *common,
-                  "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]] if plain else []
-        for name in names:
-            if name in entries:
-                # A hybrid's blocks come from its model.pattern, a variant's from attention=.
-                variant = [f"attention={name}"] if name in variant_names() else []
-                calls.append([*head, *variant, *common, *entries[name],
-                              f"hydra.sweep.subdir='{name}'"])
-        return calls
+        """train_commands at this point, into <root>/<folder_name>/<name>/."""
+        settings = [f"model.d_model={self.d_model}", f"model.short_conv={self.short_conv}",
+                    f"optim.lr={self.lr}", f"seed={self.seed}"]
+        return train_commands(preset, settings, names, root / self.folder_name, entries)
 
 
 # A point and the attentions to train there.
-Task = tuple[StudyPoint, list[str]]
+Task = tuple[Point, list[str]]
 
 
-def group_tasks(runs: Iterable[tuple[StudyPoint, str]]) -> list[Task]:
+def group_tasks(runs: Iterable[tuple[Point, str]]) -> list[Task]:
     """(point, attention) pairs as tasks, the attentions that share a point in one task (one
     train.py call), in the order the points first appear."""
-    by_point: dict[StudyPoint, list[str]] = {}
+    by_point: dict[Point, list[str]] = {}
     for point, attention in runs:
         by_point.setdefault(point, []).append(attention)
     return list(by_point.items())
 
 
-def missing(point: StudyPoint, root: Path, attentions: Sequence[str],
+def missing(point: Point, root: Path, attentions: Sequence[str],
             archived: frozenset[str] = frozenset()) -> list[str]:
     """The attentions at `point` without a summary.json yet, nor a row in the archive (the
     `run` ids, "<point folder>/<attention>", of runs.load_archive)."""
@@ -102,13 +121,14 @@ def pending(tasks: Iterable[Task], root: Path, archived: frozenset[str]) -> list
 
 
 def run_point(
-    point: StudyPoint, preset: str, root: Path, attentions: Sequence[str], threads: int,
+    point: Point, preset: str, root: Path, attentions: Sequence[str], threads: int,
     extra: Sequence[str] = (), env: Mapping[str, str] | None = None,
     entries: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
     """Train the unfinished attentions at `point` (one train.py -m call) unless another study
     process holds it; `env`: variables set for train.py beyond this process's (e.g. a CPU
-    kernel path, studies.cross_kernel); `entries`: the study's entries (StudyPoint.commands). Returns "done", "busy", "ok", "ok (a run diverged)" or
+    kernel path, studies.cross_kernel); `entries`: the study's entries (train_commands).
+    Returns "done", "busy", "ok", "ok (a run diverged)" or
     "failed (...)"."""
     folder = root / point.folder_name
     try:
@@ -144,12 +164,12 @@ class Progress:
     started: float = dataclasses.field(default_factory=time.monotonic)
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def report(self, point: StudyPoint, names: Sequence[str], root: Path, outcome: str) -> None:
+    def report(self, point: Point, names: Sequence[str], root: Path, outcome: str) -> None:
         with self.lock:  # points finish on several threads
             for name in names:
                 self._line(point, name, root, outcome)
 
-    def _line(self, point: StudyPoint, name: str, root: Path, outcome: str) -> None:
+    def _line(self, point: Point, name: str, root: Path, outcome: str) -> None:
         """The line of run `name` at `point`: its result, or where its log is."""
         self.done_runs += 1
         folder = root / point.folder_name / name
