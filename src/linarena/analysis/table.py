@@ -120,9 +120,9 @@ def to_markdown(table: pd.DataFrame) -> str:
     notes = [
         "",
         "Mean ± sample standard deviation (ddof=1) over training seeds; no ± when n = 1.",
-        "tokens/s and peak memory are the training runs' own measurements (see each run's "
-        "device and precision); positions: model.positions of the runs; steps (max): "
-        "trainer.max_steps of the runs.",
+        f"{' and '.join(m.column for m in metrics if m.measured)} are the training runs' own "
+        "measurements (see each run's device and precision); positions: model.positions of the "
+        "runs; steps (max): trainer.max_steps of the runs.",
     ]
     if any_failed:
         notes.append("failed: runs without a finite test accuracy (diverged); they are not in "
