@@ -16,6 +16,7 @@ from PIL import Image
 
 from linarena.analysis.compare import main
 from linarena.analysis.runs import record_from_wandb_run, wandb_filters
+from linarena.studies.statistics import wilson_interval
 
 # (task, attention) -> per-seed (test/acc, tokens/s, peak MB); params fixed per attention.
 RUNS = {
@@ -109,6 +110,33 @@ def test_table_has_seed_means_and_sample_std(runs_dir: Path, tmp_path: Path) -> 
     for task in ("listops", "text"):
         with Image.open(out / f"scatter_{task}.png") as image:
             assert image.format == "PNG" and image.width > 100
+
+
+def test_every_run_is_a_row_and_every_row_a_rate_with_its_interval(
+    runs_dir: Path, tmp_path: Path,
+) -> None:
+    """Issue #26: per-seed numbers have a committed source (results_runs.csv, with the commit
+    and machine of each run), and each row of results.csv the seeds at 90% with the rate's
+    Wilson interval."""
+    first = next(runs_dir.rglob("summary.json"))
+    data = json.loads(first.read_text())
+    first.write_text(json.dumps(data | {"commit": "c0ffee", "machine": {
+        "cpu": "Test CPU", "cpu_kernels": "AVX2"}}))
+    out = tmp_path / "out"
+    assert run_compare("--runs", runs_dir, "--out", out) == 0
+    runs = pd.read_csv(out / "results_runs.csv")
+    assert len(runs) == sum(len(seeds) for seeds in RUNS.values())
+    assert "results_runs.csv" in json.loads((out / "provenance.json").read_text())
+    row = runs.set_index("source").loc[str(first)]
+    assert (row["commit"], row["cpu"], row["cpu_kernels"]) == ("c0ffee", "Test CPU", "AVX2")
+    assert row["test_acc_pct"] == data["metrics"]["test/acc"]  # as stored: a fraction
+    text = pd.read_csv(out / "results.csv").set_index(["task", "attention"]).loc[
+        ("text", "softmax")]
+    assert (text["n_seeds"], text["successes"]) == (3, 0)  # 60-64% < 90%
+    assert (text["success_ci_low"], text["success_ci_high"]) == pytest.approx(
+        wilson_interval(0, 3))
+    assert (text["median_acc"], text["min_acc"], text["max_acc"]) == pytest.approx(
+        (0.62, 0.60, 0.64))
 
 
 def test_published_accuracies_are_separate_and_marked(runs_dir: Path, tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from linarena.analysis.runs import (
     parse_filters,
     select_sweeps,
 )
-from linarena.analysis.table import aggregate_runs, to_markdown
+from linarena.analysis.table import aggregate_runs, runs_table, to_markdown
 from linarena.files import write_atomic
 
 
@@ -151,10 +151,13 @@ def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compar
     table = aggregate_runs(records, published=args.published)
     args.out.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out / "results.csv", lambda file: table.to_csv(file, index=False))
+    runs = runs_table(records)
+    write_atomic(args.out / "results_runs.csv", lambda file: runs.to_csv(file, index=False))
     write_atomic(args.out / "results.md", lambda file: file.write(to_markdown(table)))
     listing, plots = write_plots(table, args.out)
     command = command_line(REPO_ROOT / "scripts" / "compare.py", argv)
-    record([args.out / "results.csv", args.out / "results.md", *plots],
+    record([args.out / "results.csv", args.out / "results_runs.csv", args.out / "results.md",
+            *plots],
            f"{args.runs_command}; then {command}" if args.runs_command else command)
     print(to_markdown(table))
     sweeps = sorted(set(table["sweep"]))

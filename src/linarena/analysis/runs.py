@@ -47,6 +47,11 @@ class RunRecord:
     duration_s: float | None = None
     # model.positions (None where the run does not say).
     positions: str | None = None
+    # The code and machine that trained it (summary.json's commit and machine; None where the
+    # run does not say): what a per-seed row must name (issue #26).
+    commit: str | None = None
+    cpu: str | None = None
+    cpu_kernels: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -141,6 +146,7 @@ def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRec
     max_steps = hparams.get("max_steps")
     # Summaries written before hparams had it still hold it in their resolved config.
     positions = hparams.get("positions") or _model_setting(summary.get("config"), "positions")
+    machine = summary.get("machine") or {}
     return RunRecord(
         task=str(summary["task"]), attention=str(summary["attention"]), seed=int(summary["seed"]),
         metrics=metrics, source=where, sweep=str(summary.get("sweep") or sweep),
@@ -148,6 +154,8 @@ def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRec
         max_steps=None if max_steps is None else int(max_steps),
         duration_s=_number(summary.get("duration_s")),
         positions=None if positions is None else str(positions),
+        commit=summary.get("commit"), cpu=machine.get("cpu"),
+        cpu_kernels=machine.get("cpu_kernels"),
     )
 
 

@@ -10,7 +10,8 @@ import pandas as pd
 
 from linarena.analysis.order import attention_label, attention_sort_key, task_sort_key
 from linarena.analysis.runs import RunRecord
-from linarena.metrics import compared_metrics
+from linarena.metrics import TEST_ACC, compared_metrics
+from linarena.studies.statistics import STATISTICS_COLUMNS, point_statistics
 
 PUBLISHED_HEADER = "published (LRA paper), not measured here"
 LRA_SOURCE = "LRA paper (Tay et al. 2021), Table 1"
@@ -38,12 +39,28 @@ PUBLISHED_ACC_PCT: dict[tuple[str, str], tuple[float | None, str]] = {
 KEYS = ["sweep", "task", "attention", "positions", "max_steps"]
 
 
+def runs_table(records: Iterable[RunRecord]) -> pd.DataFrame:
+    """One row per run (results_runs.csv, the per-seed source of results.csv): its names, seed,
+    every compared metric as stored (accuracy a fraction; blank where absent or failed), how
+    long it took, and the commit and machine that trained it."""
+    metrics = compared_metrics()
+    return pd.DataFrame([
+        {"sweep": r.sweep, "task": r.task, "attention": r.attention, "seed": r.seed,
+         "positions": r.positions, "max_steps": r.max_steps, "failed": r.failed,
+         **{m.name: None if r.failed else r.metrics.get(m.key) for m in metrics},
+         "duration_s": r.duration_s, "commit": r.commit, "cpu": r.cpu,
+         "cpu_kernels": r.cpu_kernels, "source": r.source}
+        for r in records])
+
+
 def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.DataFrame:
     """One row per (sweep, task, attention, positions, max_steps): n (finished runs), n_failed
     (runs without a finite test accuracy, left out of the means), ``<name>_mean`` / ``<name>_std`` per
     compared metric (in table units, e.g. accuracy in percent) and ``duration_s_median`` (the
-    median time a run took; NaN where the runs do not say). positions and max_steps are NaN for
-    runs whose summary does not give them.
+    median time a run took; NaN where the runs do not say), then the STATISTICS_COLUMNS of the
+    test accuracy over seeds (studies.statistics: seeds at 90%, the rate's Wilson interval, the
+    median and range, as fractions). positions and max_steps are NaN for runs whose summary does
+    not give them.
 
     std is the sample std (ddof=1), NaN when n = 1. With ``published``, adds
     ``published_test_acc_pct`` and ``published_source`` (blank where nothing was published).
@@ -67,6 +84,12 @@ def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.
         table[f"{metric.name}_mean"] = finished[metric.name].mean()
         table[f"{metric.name}_std"] = finished[metric.name].std(ddof=1)
     table["duration_s_median"] = grouped["duration_s"].median()
+    # The statistics of every recall result (issue #26): seeds at 90% test accuracy with the
+    # rate's Wilson interval, median and range (a failed run counts in n, never in k).
+    statistics = grouped[TEST_ACC.name].apply(
+        lambda acc: pd.Series(point_statistics(acc / TEST_ACC.scale))).unstack()
+    for column in STATISTICS_COLUMNS:
+        table[column] = statistics[column]
     table = table.reset_index()
     table = table.iloc[sorted(range(len(table)), key=lambda i: (
         table.at[i, "sweep"], task_sort_key(table.at[i, "task"]),
