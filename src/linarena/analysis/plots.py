@@ -41,8 +41,12 @@ def attention_color(name: str) -> str:
 
 
 def attention_colors(names: list[str]) -> dict[str, str]:
-    """attention_color of each name."""
-    return {name: attention_color(name) for name in names}
+    """attention_color of each variant; any other name (a hybrid stack's) takes Dark2's colours
+    in the names' sorted order, so no two of them share one with each other or a variant."""
+    order = attention_order()
+    others = sorted(name for name in set(names) if name not in order)
+    extra = {name: to_hex(colormaps["Dark2"](rank % 8)) for rank, name in enumerate(others)}
+    return {name: extra.get(name) or attention_color(name) for name in names}
 
 
 def short_text(text: str, width: int = 72, lines: int = 2) -> str:

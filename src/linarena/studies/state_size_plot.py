@@ -1,6 +1,7 @@
 """The MQAR state-size figure (after Based, Arora et al. 2024, Figure 3): test accuracy against
-state size, one line per attention through the medians over seeds, every seed drawn as a point;
-one panel with the short conv and one without."""
+state size, one line per attention through the medians over seeds, every seed drawn as a point
+(top row); below it the rate of seeds that reached 90% with its 95% Wilson interval (issue #26:
+a result that can go either way is a rate); a column with the short conv and one without."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from linarena.attention.variants import variant_names
 def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
                     title: str = "") -> None:
     """Median test accuracy at the chosen lr (line) and every seed's (points) against state
-    size on a log-2 axis.
+    size on a log-2 axis; below, the success rate with its Wilson interval (error bars).
 
     ``summary``: state_size.summarize's rows; ``runs``: every run (runs.load_study), of which the
     runs at each point's chosen lr are drawn. Panels: short_conv > 0 first, then 0. Softmax's x
@@ -35,9 +36,9 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
     order = [name for name in variant_names() if name in set(summary["attention"])]
     order += sorted(set(summary["attention"]) - set(order))
     colors = attention_colors(order)
-    fig, axes = plt.subplots(1, len(convs), figsize=(6.2 * len(convs), 4.6), sharey=True,
-                             squeeze=False)
-    for ax, conv in zip(axes[0], convs, strict=True):
+    fig, axes = plt.subplots(2, len(convs), figsize=(6.2 * len(convs), 8.4), sharey="row",
+                             sharex="col", squeeze=False, height_ratios=[1.3, 1])
+    for ax, rate_ax, conv in zip(axes[0], axes[1], convs, strict=True):
         for name in order:
             line = summary[(summary["short_conv"] == conv) & (summary["attention"] == name)]
             if line.empty:
@@ -55,12 +56,20 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
                 ax.annotate(f"d{row.d_model}", (row.state_size, 100 * row.test_acc_median),
                             textcoords="offset points", xytext=(3, 3), fontsize=6,
                             color=colors[name])
+            rate = 100 * line["success_rate"]
+            rate_ax.errorbar(line["state_size"], rate,
+                             yerr=[rate - 100 * line["success_ci_low"],
+                                   100 * line["success_ci_high"] - rate],
+                             color=colors[name], linestyle="--" if kv else "-", marker="o",
+                             markersize=3, capsize=2, linewidth=1, alpha=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_title(f"short conv, kernel {conv}" if conv else "no short conv")
-        ax.set_xlabel("state size (numbers, all layers; softmax: KV cache at test length)")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.set_ylim(-2, 102)
+        ax.set_title(f"short conv, kernel {conv}" if conv else "no short conv (or a layer's own)")
+        rate_ax.set_xlabel("state size (numbers, all layers; softmax: KV cache at test length)")
+        for panel in (ax, rate_ax):
+            panel.grid(True, which="major", alpha=0.3)
+            panel.set_ylim(-2, 102)
     axes[0][0].set_ylabel("MQAR test accuracy (%): line median, points seeds")
+    axes[1][0].set_ylabel("seeds at 90% (%), 95% Wilson interval")
     # Beside the panels: inside, with 11 variants, it hid the seeds' points.
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
                        borderaxespad=0.0)
