@@ -80,6 +80,33 @@ def test_resume_uses_the_runs_own_config_and_applies_allowed_changes(
     assert (run / ".hydra" / "config.yaml").read_text() == config
 
 
+def test_init_weights_starts_a_new_run_from_a_checkpoints_weights_only(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A constant-lr tail after a finished run (issue #26: the step-budget check): the new run
+    starts from the weights, at step 0, with its own optimizer and schedule."""
+    first = tmp_path / "first"
+    assert run_train([*SMOKE, f"hydra.run.dir={first}"], tmp_path, data_dir).returncode == 0
+    start = first / "checkpoints" / "last.ckpt"
+    tail = tmp_path / "tail"
+    # lr 1e-30 (AdamW's decay is scaled by the lr too): no float32 weight can move, so the
+    # weights must stay those it started from.
+    done = run_train([*SMOKE, f"init_weights={start}", "optim.lr=1e-30", "optim.schedule=constant",
+                      "trainer.max_steps=2", f"hydra.run.dir={tail}"], tmp_path, data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = torch.load(start, weights_only=True)
+    after = torch.load(tail / "checkpoints" / "last.ckpt", weights_only=True)
+    assert after["global_step"] == 2 and before["global_step"] > 2
+    for key, value in before["state_dict"].items():
+        assert torch.equal(after["state_dict"][key], value), key
+    other = run_train([*SMOKE, f"init_weights={start}", "model.d_model=64",
+                       f"hydra.run.dir={tmp_path / 'other'}"], tmp_path, data_dir)
+    assert other.returncode == 1 and "holds a different model than this config" in other.stderr
+    both = run_train([*SMOKE, f"init_weights={start}", "ckpt_path=last",
+                      f"hydra.run.dir={first}"], tmp_path, data_dir)
+    assert both.returncode == 1 and "init_weights" in both.stderr
+
+
 @pytest.mark.slow
 def test_divergence_keeps_a_clean_checkpoint_and_its_advice_works(
     tmp_path: Path, data_dir: Path

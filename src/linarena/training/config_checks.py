@@ -102,6 +102,11 @@ def check_config(cfg: DictConfig) -> None:
     if "positions" in model:  # a model of another _target_ may have no such setting
         check_positions_kind(model.positions)
     check_attention_builds(cfg)
+    if cfg.get("init_weights") and cfg.get("ckpt_path"):
+        raise ConfigError(
+            f"init_weights={cfg.init_weights} with ckpt_path={cfg.ckpt_path}: ckpt_path continues "
+            "a run whole (weights, optimizer, step); init_weights starts a new run from "
+            "weights only. Set one of them.")
     if model.max_length < cfg.data.max_length:
         raise ConfigError(
             f"data.max_length={cfg.data.max_length} is longer than model.max_length="

@@ -283,3 +283,30 @@ def check_checkpoint_fits(
         "own folder (python train.py ckpt_path=last hydra.run.dir=<its folder>), which uses its "
         "saved config."
     )
+
+
+def load_initial_weights(path: Path, module: torch.nn.Module) -> None:
+    """init_weights: copy the model weights of the checkpoint at `path` into `module` (the
+    optimizer, step and schedule stay fresh); CheckpointError for an unreadable file, non-finite
+    weights or another model than this config's."""
+    if not path.is_file():
+        raise ConfigError(f"init_weights={path}: no such file; pass a .ckpt written by train.py "
+                          "(e.g. <run folder>/checkpoints/last.ckpt)")
+    checkpoint = read_checkpoint(path)
+    check_finite(path, checkpoint)
+    stored = checkpoint["state_dict"]
+    own = {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+    differ = [k for k in own if isinstance(stored.get(k), torch.Tensor)
+              and stored[k].shape != own[k].shape]
+    missing = [k for k in own if k not in stored]
+    extra = [k for k in stored if k not in module.state_dict()]
+    if differ or missing or extra:
+        example = (f"{differ[0]} is {list(stored[differ[0]].shape)} there, "
+                   f"{list(own[differ[0]].shape)} here" if differ
+                   else f"{missing[0]} is missing" if missing else f"{extra[0]} is extra")
+        raise CheckpointError(
+            f"init_weights={path} holds a different model than this config ({len(differ)} "
+            f"weight shapes differ, {len(missing)} missing, {len(extra)} extra; e.g. "
+            f"{example}): start from a checkpoint of the same attention, width and depth.")
+    module.load_state_dict(stored, strict=False)
+

@@ -24,6 +24,7 @@ from linarena.training.launch import check_launch
 from linarena.training.memory import check_memory
 from linarena.training.resume import (
     begin_resume,
+    load_initial_weights,
     restore_run_config,
 )
 from linarena.training.run_report import logger_fields, send_summary
@@ -69,6 +70,8 @@ def train(cfg: DictConfig) -> float:
     history = []
     if resume is not None:
         history = begin_resume(output_dir, resume, parts.module, parts.identity)
+    elif cfg.get("init_weights"):  # a resumed run's weights come from its own checkpoint
+        load_initial_weights(Path(cfg.init_weights), parts.module)
 
     def run_fields() -> dict[str, Any]:
         """summary.json's facts about this run, finished or diverged."""
