@@ -10,6 +10,11 @@ with the success rate's 95% Wilson interval, median best step, median gain) and 
 
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \\
         --max-steps 4000 --jobs 2 --out docs/results --study docs/results/mqar_state_size_runs.csv
+
+With --tail N instead of --max-steps, each of the study's runs is continued from its last
+checkpoint (in --study-root, the study's run folders) for N more steps at a constant lr,
+--tail-lr times the study's (studies.step_budget.TailPoint): the study's run continued, not a
+new schedule (issue #26 item 6).
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from linarena.attention.variants import check_variant_names, variant_names
 from linarena.errors import LinarenaError
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
-from linarena.studies.step_budget import caption, chosen_points, compare, comparison_table
+from linarena.studies.step_budget import (
+    caption,
+    chosen_points,
+    compare,
+    comparison_table,
+    plan_tail,
+)
 from linarena.studies.step_budget import plan as plan_tasks
 from linarena.studies.study import pending, run_tasks, write_report
 
@@ -40,8 +51,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="short-conv settings of the points")
     parser.add_argument("--attention", nargs="+", default=None,
                         help="only these variants (default: every file of conf/attention/)")
-    parser.add_argument("--max-steps", type=int, required=True,
-                        help="trainer.max_steps of the longer runs")
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--max-steps", type=int, help="trainer.max_steps of the longer runs")
+    budget.add_argument("--tail", type=int,
+                        help="continue each study run for this many steps at a constant lr")
+    parser.add_argument("--tail-lr", type=float, default=0.1,
+                        help="the tail's constant lr, as a fraction of the study's (default 0.1)")
+    parser.add_argument("--study-root", type=Path,
+                        default=REPO_ROOT / "outputs" / "studies" / "mqar_study_cpu",
+                        help="the study's run folders, whose last.ckpt the tails start from")
     parser.add_argument("--root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_step_budget",
                         help="folder of the run folders (default outputs/studies/mqar_step_budget)")
@@ -60,7 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out or args.root
-    longer_steps = [f"trainer.max_steps={args.max_steps}"]
+    steps = args.max_steps or args.tail
+    longer_steps = [f"trainer.max_steps={steps}"]
     try:
         names = check_variant_names(args.attention) if args.attention else variant_names()
         grid = load_grid(args.preset)
@@ -69,32 +88,46 @@ def main(argv: list[str] | None = None) -> int:
         if points.empty:
             raise ValueError(f"{args.study} has no run at d_model {args.widths} with short conv "
                              f"{args.short_conv} for {names}: pick points the study has")
-        tasks = plan_tasks(points, study)
+        if args.tail:
+            tasks = plan_tail(points, study, args.study_root, args.tail, args.tail_lr)
+            absent = [point.study_root / point.folder_name / name / "checkpoints" / "last.ckpt"
+                      for point, names_at in tasks for name in names_at]
+            absent = [path for path in absent if not path.is_file()]
+            if absent and not args.report_only:
+                raise FileNotFoundError(
+                    f"{absent[0]} (and {len(absent) - 1} more) not found: a tail continues the "
+                    "study's own runs; point --study-root at the study's run folders")
+        else:
+            tasks = plan_tasks(points, study)
         archived = (None if args.resume_from is None else
                     load_archive(args.resume_from, preset_protocol(args.preset, longer_steps)))
         done = frozenset() if archived is None else frozenset(archived["run"])
         if not args.report_only:
             todo = pending(tasks, args.root, done)
-            print(f"{len(points)} points x {len(grid['seeds'])} seeds at max_steps "
-                  f"{args.max_steps}: {sum(len(n) for _, n in todo)} runs to go", flush=True)
+            what = f"a constant-lr tail of {steps}" if args.tail else f"max_steps {steps}"
+            print(f"{len(points)} points, the study's seeds, {what}: "
+                  f"{sum(len(n) for _, n in todo)} runs to go", flush=True)
             counts: dict[str, int] = {}
-            run_tasks(todo, args.preset, args.root, args.jobs, args.threads, longer_steps, counts,
-                      entries=grid["entries"])
+            run_tasks(todo, args.preset, args.root, args.jobs, args.threads,
+                      [] if args.tail else longer_steps, counts, entries=grid["entries"])
             print(f"outcomes: {counts}", flush=True)
         longer = study_runs(args.root, archived)
     except (LinarenaError, ValueError, FileNotFoundError) as error:
         print(f"mqar_step_budget.py: error: {error}", file=sys.stderr)
         return 2
-    longer = longer[longer["max_steps"] == args.max_steps]
-    table = compare(study, longer, points)
+    longer = longer[longer["max_steps"] == steps]
+    # A tail ran at a fraction of the study's lr: paired with the study's run at its own lr.
+    paired = longer.assign(lr=longer["lr"] / args.tail_lr) if args.tail else longer
+    table = compare(study, paired, points)
     if table.empty:
-        print(f"mqar_step_budget.py: error: no run with max_steps {args.max_steps} at the "
-              f"chosen points under {args.root} yet: run without --report-only", file=sys.stderr)
+        print(f"mqar_step_budget.py: error: no run with max_steps {steps} at the chosen points "
+              f"under {args.root} yet: run without --report-only", file=sys.stderr)
         return 2
     planned = sum(len(names_at) for _, names_at in tasks)
     paths = write_report(out, args.name, {
         "_runs.csv": longer, ".csv": table,
-        ".md": caption(table, planned, int(table["seeds"].sum()))
+        ".md": caption(table, planned, int(table["seeds"].sum()),
+                       args.tail_lr if args.tail else None)
         + comparison_table(table, variant_names()),
     }, command_line(__file__, argv))
     print(f"{len(longer)} longer runs -> {paths[1]}")

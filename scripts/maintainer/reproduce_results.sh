@@ -41,11 +41,12 @@ if [[ "$WHAT" == all || "$WHAT" == sweeps ]]; then
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == study ]]; then
-    echo "== MQAR recall against state size, 3 seeds (resumable)"
+    echo "== MQAR recall against state size: lr on seeds 1-2, 5 seeds, 10 where split (resumable)"
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --out "$OUT"
-    echo "== was 2,000 steps enough? the d_model 16 points with the conv rerun at 4,000 steps"
+    echo "== was 2,000 steps enough? the d_model 16 runs with the conv continued 2,000 more"
+    echo "   steps at a constant 0.1 x their lr, from their own last checkpoints"
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
-        --max-steps 4000 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" --out "$OUT"
+        --tail 2000 --tail-lr 0.1 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == mixture ]]; then

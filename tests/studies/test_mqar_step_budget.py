@@ -13,7 +13,7 @@ from helpers.paths import load_script
 
 from linarena.studies.runs import load_study
 from linarena.studies.statistics import wilson_interval
-from linarena.studies.step_budget import chosen_points, compare, plan
+from linarena.studies.step_budget import chosen_points, compare, plan, plan_tail
 from linarena.studies.study import StudyPoint
 
 LONGER = ["trainer.max_steps=4000"]
@@ -107,3 +107,35 @@ def test_a_point_the_study_does_not_have_is_a_clear_error(study, tmp_path, capsy
                                "--root", str(tmp_path / "longer"), "--report-only"])
     assert code == 2
     assert "has no run at d_model [64]" in capsys.readouterr().err
+
+
+def test_a_tail_continues_each_study_run_from_its_own_checkpoint(study, tmp_path):
+    """Issue #26 item 6: the study's run continued at a constant lr, not a new schedule."""
+    points = chosen_points(study, LR_ON_SEED_1, [16], [3], ["elu", "softmax"])
+    tasks = plan_tail(points, study, tmp_path / "study", steps=500, lr_fraction=0.1)
+    point, names = next((p, n) for p, n in tasks if p.point == StudyPoint(16, 3, 1e-2, 2))
+    assert names == ["elu"] and point.folder_name == "d16_conv3_lr1.00e-02_seed2"
+    command, = point.commands("mqar_study_cpu", names, tmp_path / "tails")
+    start = tmp_path / "study" / "d16_conv3_lr1.00e-02_seed2" / "elu" / "checkpoints" / "last.ckpt"
+    assert {f"init_weights={start}", "optim.schedule=constant", "optim.warmup_steps=0",
+            "trainer.max_steps=500", "seed=2", "attention=elu"} <= set(command)
+    assert f"optim.lr={1e-2 * 0.1}" in command
+
+
+def test_the_tail_report_pairs_each_tail_with_its_study_run(study, tmp_path, capsys):
+    csv = tmp_path / "study_runs.csv"
+    study.to_csv(csv, index=False)
+    root = tmp_path / "tails"
+    for seed, acc in ((1, 0.90), (2, 0.60), (3, 0.95)):  # at 0.1 x the study's lr 1e-2
+        fake_run(root, "elu", 16, 3, 1e-3, val=acc, test=acc, seed=seed,
+                 overrides=["optim.schedule=constant", "trainer.max_steps=500"])
+    out = tmp_path / "out"
+    script = load_script("scripts/mqar_step_budget.py")
+    assert script.main(["--study", str(csv), "--widths", "16", "--short-conv", "3",
+                        "--attention", "elu", "--tail", "500", "--root", str(root),
+                        "--out", str(out), "--report-only"]) == 0
+    row = pd.read_csv(out / "mqar_step_budget.csv").iloc[0]
+    assert (row["lr"], row["seeds"], row["max_steps_longer"]) == (1e-2, 3, 500)
+    assert row["gain_median"] == pytest.approx(0.20)  # per seed: +0.20, +0.20, +0.03
+    text = (out / "mqar_step_budget.md").read_text()
+    assert "continued from their last checkpoint" in text and "0.1 x the lr" in text

@@ -7,11 +7,20 @@ So the check reruns chosen points of the finished study with a larger max_steps,
 study chose for each (on validation) and with every seed of its grid, so that the budget is the
 only change, and compares per point: the median test accuracy, the seeds that reached 90% and
 the median step of the best validation accuracy, at both budgets.
+
+Two kinds of longer run, said in the caption (issue #26 item 6):
+- a longer budget: the preset's schedule over --max-steps (a cosine decay then reaches 0 at the
+  new budget, so this is another run, not the study's run continued);
+- a constant-lr tail (TailPoint): the study's run continued from its last checkpoint
+  (init_weights) for --tail more steps at a constant lr, a fraction of the study's, no warmup.
+  If the study's run had stopped improving, its tail does not improve it either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,7 +28,7 @@ import pandas as pd
 from linarena.studies.runs import GROUP
 from linarena.studies.state_size import choose_lr, lr_basis
 from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
-from linarena.studies.study import StudyPoint, Task, group_tasks
+from linarena.studies.study import StudyPoint, Task, group_tasks, train_commands
 
 # Learning rates are floats read back from CSVs and configs: matched at this many digits.
 LR_DIGITS = 10
@@ -48,6 +57,42 @@ def plan(points: pd.DataFrame, study: pd.DataFrame) -> list[Task]:
         tasks += [(StudyPoint(int(row.d_model), int(row.short_conv), float(row.lr), int(seed)),
                    row.attention) for seed in sorted(at["seed"].unique())]
     return group_tasks(sorted(tasks, key=lambda task: task[0].seed))
+
+
+@dataclasses.dataclass(frozen=True)
+class TailPoint:
+    """A study point continued: each attention's run at `point` in `study_root`, from its
+    last.ckpt, for `steps` steps at lr * `lr_fraction`, constant, no warmup; a folder per
+    attention under <root>/<the point's folder>/."""
+
+    point: StudyPoint
+    study_root: Path
+    steps: int
+    lr_fraction: float
+
+    @property
+    def folder_name(self) -> str:
+        return self.point.folder_name
+
+    def commands(self, preset: str, names: Sequence[str], root: Path,
+                 entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
+        """One train.py call per attention (each starts from its own run's weights)."""
+        point = self.point
+        settings = [f"model.d_model={point.d_model}", f"model.short_conv={point.short_conv}",
+                    f"optim.lr={point.lr * self.lr_fraction}", f"seed={point.seed}",
+                    "optim.schedule=constant", "optim.warmup_steps=0",
+                    f"trainer.max_steps={self.steps}"]
+        starts = {name: [*(entries or {}).get(name, ()), "init_weights=" + str(
+            self.study_root / point.folder_name / name / "checkpoints" / "last.ckpt")]
+            for name in names}
+        return train_commands(preset, settings, names, root / self.folder_name, starts)
+
+
+def plan_tail(points: pd.DataFrame, study: pd.DataFrame, study_root: Path, steps: int,
+              lr_fraction: float) -> list[Task]:
+    """plan()'s tasks as TailPoints: every seed the study ran at each chosen point, continued."""
+    return [(TailPoint(point, study_root, steps, lr_fraction), names)
+            for point, names in plan(points, study)]
 
 
 def _at_points(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
@@ -102,9 +147,25 @@ def comparison_table(table: pd.DataFrame, order: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def caption(table: pd.DataFrame, planned: int, done: int) -> str:
-    """What the table shows, above it in <name>.md; says so when runs are still missing."""
+def caption(table: pd.DataFrame, planned: int, done: int,
+            tail_fraction: float | None = None) -> str:
+    """What the table shows, above it in <name>.md; says so when runs are still missing.
+    `tail_fraction`: the longer runs are constant-lr tails at this fraction of the study's lr."""
     first = table.iloc[0]
+    if tail_fraction is not None:
+        text = (f"The state-size study's runs at these points continued from their last "
+                f"checkpoint (init_weights) for {first['max_steps_longer']:,} more steps at a "
+                f"constant lr, {tail_fraction:g} x the lr the study chose (no warmup), each seed "
+                f"from its own run; early stop at val acc 0.99. A run that had stopped "
+                f"improving by step {first['max_steps_study']:,} does not improve in its tail. "
+                f"Each cell: median test accuracy (%) over seeds and (k/n) the seeds that "
+                f"reached {100 * SUCCESS_THRESHOLD:.0f}%; median gain: the median over seeds of "
+                f"the tail's test accuracy minus the study's; best step: the median step of the "
+                f"best validation accuracy (the tail's counted from its start).\n\n")
+        if done < planned:
+            text = (f"PARTIAL: {done} of {planned} runs finished; points with fewer seeds than "
+                    f"the study are incomplete.\n\n" + text)
+        return text
     text = (f"The state-size study's points rerun with trainer.max_steps "
             f"{first['max_steps_longer']:,} instead of {first['max_steps_study']:,}, at the lr the "
             f"study chose for each (on validation) and with the same seeds; early stop at val "
