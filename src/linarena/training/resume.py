@@ -260,29 +260,32 @@ def check_checkpoint_fits(
         )
     for key, (before, after) in (allowed or {}).items():
         resume.changes.setdefault(key, {"before": before, "after": after})
-    stored = checkpoint["state_dict"]
-    # Tensors only: a module's extra state (e.g. Performer's redraw counter) may be anything.
-    own = {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
-    differ = [
-        k
-        for k in own
-        if isinstance(stored.get(k), torch.Tensor) and stored[k].shape != own[k].shape
-    ]
-    missing = [k for k in own if k not in stored]
-    if not differ and not missing:
+    difference = model_difference(checkpoint["state_dict"], module)
+    if difference is None:
         return
-    example = (
-        f"e.g. {differ[0]} is {list(stored[differ[0]].shape)} there, {list(own[differ[0]].shape)} "
-        "here"
-        if differ
-        else f"e.g. {missing[0]} is missing"
-    )
     raise CheckpointError(
-        f"ckpt_path: {path} holds a different model than this config ({len(differ)} weight "
-        f"shapes differ, {len(missing)} weights missing; {example}). Resume that run from its "
-        "own folder (python train.py ckpt_path=last hydra.run.dir=<its folder>), which uses its "
-        "saved config."
+        f"ckpt_path: {path} holds a different model than this config ({difference}). Resume "
+        "that run from its own folder (python train.py ckpt_path=last hydra.run.dir=<its "
+        "folder>), which uses its saved config."
     )
+
+
+def model_difference(stored: dict[str, Any], module: torch.nn.Module) -> str | None:
+    """How a checkpoint's state_dict differs from `module`'s (weight shapes, weights missing or
+    extra, with the first example), or None when it fits. Tensors only: a module's extra state
+    (e.g. Performer's redraw counter) may be anything."""
+    own = {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+    differ = [k for k in own
+              if isinstance(stored.get(k), torch.Tensor) and stored[k].shape != own[k].shape]
+    missing = [k for k in own if k not in stored]
+    extra = [k for k in stored if k not in module.state_dict()]
+    if not differ and not missing and not extra:
+        return None
+    example = (f"{differ[0]} is {list(stored[differ[0]].shape)} there, "
+               f"{list(own[differ[0]].shape)} here" if differ
+               else f"{missing[0]} is missing" if missing else f"{extra[0]} is extra")
+    return (f"{len(differ)} weight shapes differ, {len(missing)} weights missing, {len(extra)} "
+            f"extra; e.g. {example}")
 
 
 def load_initial_weights(path: Path, module: torch.nn.Module) -> None:
@@ -294,19 +297,9 @@ def load_initial_weights(path: Path, module: torch.nn.Module) -> None:
                           "(e.g. <run folder>/checkpoints/last.ckpt)")
     checkpoint = read_checkpoint(path)
     check_finite(path, checkpoint)
-    stored = checkpoint["state_dict"]
-    own = {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
-    differ = [k for k in own if isinstance(stored.get(k), torch.Tensor)
-              and stored[k].shape != own[k].shape]
-    missing = [k for k in own if k not in stored]
-    extra = [k for k in stored if k not in module.state_dict()]
-    if differ or missing or extra:
-        example = (f"{differ[0]} is {list(stored[differ[0]].shape)} there, "
-                   f"{list(own[differ[0]].shape)} here" if differ
-                   else f"{missing[0]} is missing" if missing else f"{extra[0]} is extra")
+    difference = model_difference(checkpoint["state_dict"], module)
+    if difference is not None:
         raise CheckpointError(
-            f"init_weights={path} holds a different model than this config ({len(differ)} "
-            f"weight shapes differ, {len(missing)} missing, {len(extra)} extra; e.g. "
-            f"{example}): start from a checkpoint of the same attention, width and depth.")
-    module.load_state_dict(stored, strict=False)
-
+            f"init_weights={path} holds a different model than this config ({difference}): "
+            "start from a checkpoint of the same attention, width and depth.")
+    module.load_state_dict(checkpoint["state_dict"], strict=False)
