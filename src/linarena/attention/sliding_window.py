@@ -9,13 +9,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from linarena.attention.backends import check_backend
 from linarena.attention.rotation import Rotation, rotate_from
+from linarena.attention.softmax import ExactAttention
 from linarena.attention.validation import (
     check_attention_inputs,
-    check_head_dim,
     check_right_padded,
     check_state,
     empty_output,
@@ -42,7 +41,7 @@ class WindowState:
     made_by: str = ""
 
 
-class SlidingWindowAttention(nn.Module):
+class SlidingWindowAttention(ExactAttention):
     """softmax(q_i k_j / sqrt(head_dim)) over the keys j of query i's window, times v_j.
 
     The window: causal, keys i - window < j <= i (the query and the window - 1 before it, as
@@ -69,27 +68,18 @@ class SlidingWindowAttention(nn.Module):
             positions before the scores, as softmax does; None: none.
     """
 
+    no_fla_kernel = ("sliding-window attention runs PyTorch's scaled_dot_product_attention "
+                     "block by block; fla-core's windowed attention kernel is not wired in, "
+                     "so it has no kernel for it here")
+
     def __init__(self, head_dim: int, causal: bool = False, window: int = 64,
                  dropout: float = 0.0, backend: str = "auto",
                  rotary: Rotation | None = None) -> None:
-        super().__init__()
-        name = type(self).__name__
-        check_head_dim(head_dim, name)
-        check_backend(backend, name, causal,
-                      "sliding-window attention runs PyTorch's scaled_dot_product_attention "
-                      "block by block; fla-core's windowed attention kernel is not wired in, "
-                      "so it has no kernel for it here")
+        super().__init__(head_dim, causal, dropout, backend, rotary)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"{name}: window must be a positive integer, got {window!r}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"{name}: attention dropout must be in [0, 1), got {dropout}.")
-        self.head_dim = head_dim
-        self.causal = causal
+            raise ValueError(f"{type(self).__name__}: window must be a positive integer, got "
+                             f"{window!r}.")
         self.window = window
-        self.dropout = dropout
-        self.backend = backend
-        self.backend_used: str | None = None  # "torch" once called (see backends.py)
-        self.rotary = rotary
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,

@@ -16,7 +16,30 @@ from linarena.attention.validation import (
 )
 
 
-class SoftmaxAttention(nn.Module):
+class ExactAttention(nn.Module):
+    """What the exact attentions (softmax, sliding window) share: the checks of head_dim,
+    backend and dropout, and the settings they keep. A subclass says why fla cannot serve it
+    (`no_fla_kernel`) and implements forward."""
+
+    no_fla_kernel = "fla-core has no kernel for it"
+
+    def __init__(self, head_dim: int, causal: bool = False, dropout: float = 0.0,
+                 backend: str = "auto", rotary: Rotation | None = None) -> None:
+        super().__init__()
+        name = type(self).__name__
+        check_head_dim(head_dim, name)
+        check_backend(backend, name, causal, self.no_fla_kernel)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{name}: attention dropout must be in [0, 1), got {dropout}.")
+        self.head_dim = head_dim
+        self.causal = causal
+        self.dropout = dropout
+        self.backend = backend
+        self.backend_used: str | None = None  # "torch" once called (see backends.py)
+        self.rotary = rotary
+
+
+class SoftmaxAttention(ExactAttention):
     """softmax(q k^T / sqrt(head_dim)) v.
 
     Args:
@@ -31,21 +54,8 @@ class SoftmaxAttention(nn.Module):
             positions before the scores, so that q_i . k_j depends on i - j (RoPE); None: none.
     """
 
-    def __init__(self, head_dim: int, causal: bool = False, dropout: float = 0.0,
-                 backend: str = "auto", rotary: Rotation | None = None) -> None:
-        super().__init__()
-        check_head_dim(head_dim, type(self).__name__)
-        check_backend(backend, type(self).__name__, causal,
-                      "softmax always runs PyTorch's scaled_dot_product_attention (flash or "
-                      "memory-efficient kernels on CUDA), fla-core has no kernel for it")
-        self.backend = backend
-        self.backend_used: str | None = None  # "torch" once called (see backends.py)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"attention dropout must be in [0, 1), got {dropout}.")
-        self.head_dim = head_dim
-        self.causal = causal
-        self.dropout = dropout
-        self.rotary = rotary
+    no_fla_kernel = ("softmax always runs PyTorch's scaled_dot_product_attention (flash or "
+                     "memory-efficient kernels on CUDA), fla-core has no kernel for it")
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """q, k, v: (batch, heads, length, head_dim); mask: bool (batch, length), True = real.
