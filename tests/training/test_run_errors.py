@@ -35,7 +35,11 @@ from linarena.training.config_checks import check_config
 from linarena.training.launch import check_accelerator
 from linarena.training.memory import check_memory
 from linarena.training.optim import OptimSettings
-from linarena.training.resume import check_resume_changes, restore_run_config
+from linarena.training.resume import (
+    check_resume_changes,
+    load_initial_weights,
+    restore_run_config,
+)
 
 SMOKE = ["debug=smoke", "logger=none"]
 
@@ -184,6 +188,26 @@ def test_the_position_table_counts_what_each_kind_of_positions_says_it_keeps(
         cfg = compose_config([*SMOKE, "data.max_length=4096"])
         cfg.model.positions = kind
         assert check_memory(cfg, "cpu").position_table == copies * table, kind
+
+
+def test_init_weights_copies_a_checkpoints_weights_and_refuses_another_model(
+    tmp_path: Path,
+) -> None:
+    """init_weights (a constant-lr tail starts from a finished run's weights); the whole path
+    through train.py: tests/training/test_train_resume.py (slow)."""
+    torch.manual_seed(0)
+    source, fresh = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": source.state_dict(), "global_step": 5, "loops": {}}, path)
+    load_initial_weights(path, fresh)
+    assert torch.equal(fresh.weight, source.weight) and torch.equal(fresh.bias, source.bias)
+    with pytest.raises(CheckpointError, match=r"holds a different model .* weight is \[2, 3\] "
+                                              r"there, \[4, 3\] here"):
+        load_initial_weights(path, torch.nn.Linear(3, 4))
+    with pytest.raises(ConfigError, match="no such file"):
+        load_initial_weights(tmp_path / "none.ckpt", fresh)
+    with pytest.raises(ConfigError, match="Set one of them"):
+        check_config(compose_config([*SMOKE, f"init_weights={path}", f"ckpt_path={path}"]))
 
 
 def test_softmax_attention_matrices_count_only_where_pytorch_materialises_them() -> None:

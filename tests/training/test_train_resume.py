@@ -80,6 +80,7 @@ def test_resume_uses_the_runs_own_config_and_applies_allowed_changes(
     assert (run / ".hydra" / "config.yaml").read_text() == config
 
 
+@pytest.mark.slow
 def test_init_weights_starts_a_new_run_from_a_checkpoints_weights_only(
     tmp_path: Path, data_dir: Path
 ) -> None:
