@@ -190,7 +190,7 @@ def test_a_diverged_run_is_a_tried_lr_that_is_never_chosen_and_says_so(
 
 def test_later_seeds_run_only_at_the_lr_their_first_seed_chose(study: Path) -> None:
     grid = load_grid(PRESET, ONE_LR_SEED)
-    tasks = dict(seed_tasks(grid, study, ["elu", "softmax", "taylor"], [2, 3]))
+    tasks = dict(seed_tasks(grid, load_study([study]), study, ["elu", "softmax", "taylor"], [2, 3]))
     assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu seeds 2 and 3 already ran
     assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
     assert tasks[StudyPoint(16, 0, 3e-3, 3)] == ["softmax"]
@@ -217,8 +217,9 @@ def test_points_whose_seeds_split_get_more_seeds_the_others_do_not(tmp_path: Pat
         fake_run(tmp_path, "taylor", 16, 3, 1e-2, val=0.99, test=0.99, seed=seed)  # 5 of 5
     fake_run(tmp_path, "softmax", 16, 3, 1e-2, val=0.99, test=0.99, seed=1)  # 1 of 1 so far
     assert split_points(load_study([tmp_path]), grid) == {("elu", 3, 16)}
-    tasks = seed_tasks(grid, tmp_path, ["elu", "taylor", "softmax"], grid["more_seeds"],
-                       only=split_points(load_study([tmp_path]), grid))
+    runs = load_study([tmp_path])
+    tasks = seed_tasks(grid, runs, tmp_path, ["elu", "taylor", "softmax"], grid["more_seeds"],
+                       only=split_points(runs, grid))
     assert sorted(point.seed for point, _ in tasks) == grid["more_seeds"]
     assert all(names == ["elu"] for _, names in tasks)
 
@@ -276,8 +277,8 @@ def test_a_study_resumes_from_the_runs_csv_it_wrote(study: Path, tmp_path: Path)
     empty = tmp_path / "fresh_root"
     done = frozenset(archived["run"])
     assert missing(StudyPoint(16, 3, 3e-3, 1), empty, ["elu", "softmax"], done) == ["softmax"]
-    tasks = dict(seed_tasks(load_grid(PRESET, ONE_LR_SEED), empty, ["elu", "taylor"], [2, 3],
-                            archived))
+    tasks = dict(seed_tasks(load_grid(PRESET, ONE_LR_SEED), study_runs(empty, archived), empty,
+                            ["elu", "taylor"], [2, 3]))
     assert tasks[StudyPoint(32, 3, 3e-3, 2)] == ["taylor"]
     assert StudyPoint(16, 3, 3e-3, 2) not in tasks  # elu's seed 2 is in the archive
     assert len(study_runs(empty, archived)) == 8

@@ -100,13 +100,11 @@ def split_points(runs: pd.DataFrame, grid: dict[str, Any]) -> set[tuple[str, int
     return split
 
 
-def seed_tasks(grid: dict[str, Any], root: Path, names: Sequence[str], seeds: Sequence[int],
-               archived: pd.DataFrame | None = None,
-               only: set[tuple[str, int, int]] | None = None) -> list[Task]:
-    """The runs of `seeds` at the lr chosen per (attention, short conv, width) on the runs so
-    far (under `root` and archived), for `names` (and only the points in `only` when given),
-    grouped into one task per point and without the finished ones."""
-    runs = study_runs(root, archived)
+def seed_tasks(grid: dict[str, Any], runs: pd.DataFrame, root: Path, names: Sequence[str],
+               seeds: Sequence[int], only: set[tuple[str, int, int]] | None = None) -> list[Task]:
+    """The runs of `seeds` at the lr chosen per (attention, short conv, width) on `runs` (the
+    finished runs: runs.study_runs of `root` and the archive), for `names` (and only the points
+    in `only` when given), grouped into one task per point and without the finished ones."""
     chosen = choose_lr(lr_basis(runs, grid))
     wanted = [(StudyPoint(int(width), int(conv), float(lr), int(seed)), name)
               for (name, conv, width), lr in chosen.items()
@@ -126,13 +124,14 @@ def stage_tasks(stage: str, grid: dict[str, Any], root: Path, names: Sequence[st
         done = frozenset() if archived is None else frozenset(archived["run"])
         return pending(((point, list(names)) for point in lr_points(grid, width, conv)),
                        root, done)
+    runs = study_runs(root, archived)
     if stage == STAGES[1]:
         seeds, only = [s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])], None
     else:
-        seeds, only = grid["more_seeds"], split_points(study_runs(root, archived), grid)
+        seeds, only = grid["more_seeds"], split_points(runs, grid)
     if not seeds:
         return []
-    tasks = seed_tasks(grid, root, names, seeds, archived, only)
+    tasks = seed_tasks(grid, runs, root, names, seeds, only)
     return [(point, left) for point, left in tasks if (point.d_model, point.short_conv) == column]
 
 
