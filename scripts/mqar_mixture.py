@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from linarena.analysis.provenance import command_line
-from linarena.errors import LinarenaError
+from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.mixture import accuracy_table, caption, load_runs, summarize
 from linarena.studies.mixture_study import run_mixture
 from linarena.studies.study import write_report
@@ -37,11 +37,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_mixture",
                         help="folder of the run folders (default outputs/studies/mqar_mixture)")
-    parser.add_argument("--attention", nargs="+", default=None,
-                        help="only these variants (default: every file of conf/attention/)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+    add_training_arguments(parser)
     parser.add_argument("--runs", type=Path, nargs="+", default=None,
                         help="folders searched for the runs' summary.json (recursively; "
                              "default: --root)")
@@ -65,9 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                                  args.threads, args.overrides)
             print(f"outcomes: {counts}", flush=True)
         runs, config = load_runs(roots)
-    except (LinarenaError, ValueError, FileNotFoundError) as error:
-        print(f"mqar_mixture.py: error: {error}", file=sys.stderr)
-        return 2
+    except STUDY_ERRORS as error:
+        return fail("mqar_mixture.py", error)
     summary = summarize(runs)
     table = accuracy_table(summary)
     out = args.out or roots[0]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from linarena.analysis.provenance import command_line
 from linarena.attention.variants import check_variant_names, variant_names
-from linarena.errors import LinarenaError
+from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
 from linarena.studies.step_budget import (
@@ -49,8 +49,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--widths", type=int, nargs="+", required=True, help="d_model points")
     parser.add_argument("--short-conv", type=int, nargs="+", default=[3, 0],
                         help="short-conv settings of the points")
-    parser.add_argument("--attention", nargs="+", default=None,
-                        help="only these variants (default: every file of conf/attention/)")
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--max-steps", type=int, help="trainer.max_steps of the longer runs")
     budget.add_argument("--tail", type=int,
@@ -63,9 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_step_budget",
                         help="folder of the run folders (default outputs/studies/mqar_step_budget)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+    add_training_arguments(parser)
     parser.add_argument("--resume-from", type=Path, default=None,
                         help="a runs CSV this script wrote (<name>_runs.csv): its runs count "
                              "as finished and go into the report")
@@ -112,9 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                       [] if args.tail else longer_steps, counts, entries=grid["entries"])
             print(f"outcomes: {counts}", flush=True)
         longer = study_runs(args.root, archived)
-    except (LinarenaError, ValueError, FileNotFoundError) as error:
-        print(f"mqar_step_budget.py: error: {error}", file=sys.stderr)
-        return 2
+    except STUDY_ERRORS as error:
+        return fail("mqar_step_budget.py", error)
     longer = longer[longer["max_steps"] == steps]
     # A tail ran at a fraction of the study's lr: paired with the study's run at its own lr.
     paired = longer.assign(lr=longer["lr"] / args.tail_lr) if args.tail else longer

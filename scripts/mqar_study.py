@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from linarena.analysis.provenance import command_line
-from linarena.errors import LinarenaError
+from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
 from linarena.studies.state_size import run_study, study_names
@@ -56,11 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a conf/experiment/ preset with a study: block")
     parser.add_argument("--root", type=Path, default=None,
                         help="folder of the run folders (default outputs/studies/<preset>)")
-    parser.add_argument("--attention", nargs="+", default=None,
-                        help="only these variants (default: every file of conf/attention/)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+    add_training_arguments(parser)
     parser.add_argument("--out", type=Path, default=None,
                         help="where the CSV, table and figure go (default <root>)")
     parser.add_argument("--name", default="mqar_state_size", help="file name stem of the outputs")
@@ -86,9 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                                args.overrides, archived)
             print(f"outcomes: {counts}", flush=True)
         runs = study_runs(root, archived)
-    except (LinarenaError, ValueError, FileNotFoundError) as error:
-        print(f"mqar_study.py: error: {error}", file=sys.stderr)
-        return 2
+    except STUDY_ERRORS as error:
+        return fail("mqar_study.py", error)
     summary = summarize(runs, grid)
     absent = not_run(summary, grid, study_names(grid, args.attention))
     partial = bool(unfinished(summary, grid).any() or absent)

@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line
-from linarena.errors import LinarenaError
 from linarena.studies import cross_kernel
+from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive
 from linarena.studies.study import write_report
@@ -48,9 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--root", type=Path, default=None,
                         help="folder of the rerun folders (default outputs/studies/cross_kernel)")
     parser.add_argument("--out", type=Path, default=None, help="where the CSVs go (default <root>)")
-    parser.add_argument("--jobs", type=int, default=2, help="points at a time")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+    add_training_arguments(parser, attention=False)
     parser.add_argument("--resume-from", type=Path, default=None,
                         help="a cross_kernel.csv written before: its reruns count as finished")
     parser.add_argument("--dry-run", action="store_true",
@@ -82,9 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                                             args.threads, extra, archived, grid["entries"])
             print(f"outcomes: {counts}", flush=True)
         reruns = cross_kernel.rerun_rows(sample, root, paths, archived)
-    except (LinarenaError, ValueError, FileNotFoundError) as error:
-        print(f"cross_kernel_check.py: error: {error}", file=sys.stderr)
-        return 2
+    except STUDY_ERRORS as error:
+        return fail("cross_kernel_check.py", error)
     points = cross_kernel.points_table(sample, reruns, paths)
     command = (command_line(__file__, argv) + "; the reruns were trained by, per kernel path "
                "and point: " + " ; ".join(commands))

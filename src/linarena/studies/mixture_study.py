@@ -13,7 +13,7 @@ second one, which the model refuses).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,12 @@ from linarena.attention.variants import check_variant_names, owns_short_conv, va
 from linarena.studies.mixture import load_runs
 from linarena.studies.preset import compose_preset
 from linarena.studies.statistics import SUCCESS_THRESHOLD
-from linarena.studies.study import Task, group_tasks, pending, run_tasks, train_commands
+from linarena.studies.study import SettingsPoint, Task, group_tasks, pending, run_tasks
 from linarena.training.summary import SUMMARY_FILE
 
 
 @dataclasses.dataclass(frozen=True)
-class MixturePoint:
+class MixturePoint(SettingsPoint):
     """One (positions, seed) of the mixture: the attentions there are trained together."""
 
     positions: str
@@ -38,11 +38,9 @@ class MixturePoint:
     def folder_name(self) -> str:
         return f"{self.positions}_seed{self.seed}"
 
-    def commands(self, preset: str, names: Sequence[str], root: Path,
-                 entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
-        """train_commands at this point, into <root>/<folder_name>/<name>/."""
-        settings = [f"model.positions={self.positions}", f"seed={self.seed}"]
-        return train_commands(preset, settings, names, root / self.folder_name, entries)
+    @property
+    def settings(self) -> list[str]:
+        return [f"model.positions={self.positions}", f"seed={self.seed}"]
 
 
 def load_mixture_grid(preset: str, overrides: Sequence[str] = ()) -> dict[str, Any]:

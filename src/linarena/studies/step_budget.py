@@ -78,9 +78,8 @@ class TailPoint:
                  entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
         """One train.py call per attention (each starts from its own run's weights)."""
         point = self.point
-        settings = [f"model.d_model={point.d_model}", f"model.short_conv={point.short_conv}",
-                    f"optim.lr={point.lr * self.lr_fraction}", f"seed={point.seed}",
-                    "optim.schedule=constant", "optim.warmup_steps=0",
+        tail_lr = dataclasses.replace(point, lr=point.lr * self.lr_fraction)
+        settings = [*tail_lr.settings, "optim.schedule=constant", "optim.warmup_steps=0",
                     f"trainer.max_steps={self.steps}"]
         starts = {name: [*(entries or {}).get(name, ()), "init_weights=" + str(
             self.study_root / point.folder_name / name / "checkpoints" / "last.ckpt")]

@@ -70,8 +70,26 @@ class Point(Protocol):
                  entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]: ...
 
 
+class SettingsPoint:
+    """A Point given by its train.py overrides (`settings`) and its `folder_name`; subclasses are
+    frozen dataclasses that define those two."""
+
+    @property
+    def settings(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def folder_name(self) -> str:
+        raise NotImplementedError
+
+    def commands(self, preset: str, names: Sequence[str], root: Path,
+                 entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
+        """train_commands at this point, into <root>/<folder_name>/<name>/."""
+        return train_commands(preset, self.settings, names, root / self.folder_name, entries)
+
+
 @dataclasses.dataclass(frozen=True)
-class StudyPoint:
+class StudyPoint(SettingsPoint):
     """One point of the state-size grid: the attentions at it are trained together."""
 
     d_model: int
@@ -83,12 +101,10 @@ class StudyPoint:
     def folder_name(self) -> str:
         return f"d{self.d_model}_conv{self.short_conv}_lr{self.lr:.2e}_seed{self.seed}"
 
-    def commands(self, preset: str, names: Sequence[str], root: Path,
-                 entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
-        """train_commands at this point, into <root>/<folder_name>/<name>/."""
-        settings = [f"model.d_model={self.d_model}", f"model.short_conv={self.short_conv}",
-                    f"optim.lr={self.lr}", f"seed={self.seed}"]
-        return train_commands(preset, settings, names, root / self.folder_name, entries)
+    @property
+    def settings(self) -> list[str]:
+        return [f"model.d_model={self.d_model}", f"model.short_conv={self.short_conv}",
+                f"optim.lr={self.lr}", f"seed={self.seed}"]
 
 
 # A point and the attentions to train there.

@@ -1,0 +1,29 @@
+"""What every study script (scripts/mqar_study.py, mqar_mixture.py, mqar_step_budget.py,
+maintainer/cross_kernel_check.py) shares on its command line: how it trains and how it fails."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from linarena.errors import LinarenaError
+
+# The errors a study script reports as a one-line message (exit 2) rather than a traceback: a
+# bad preset or override, a malformed runs CSV, a missing run folder.
+STUDY_ERRORS = (LinarenaError, ValueError, FileNotFoundError)
+
+
+def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = True) -> None:
+    """--jobs, --threads and --report-only (and --attention unless `attention` is False)."""
+    if attention:
+        parser.add_argument("--attention", nargs="+", default=None,
+                            help="only these variants (default: every file of conf/attention/)")
+    parser.add_argument("--jobs", type=int, default=2, help="points trained at a time")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+
+
+def fail(script: str, error: BaseException) -> int:
+    """Print `error` as the script's one-line message on stderr; the exit code (2)."""
+    print(f"{script}: error: {error}", file=sys.stderr)
+    return 2
