@@ -31,9 +31,11 @@ if [[ "$WHAT" == all || "$WHAT" == bench ]]; then
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == sweeps ]]; then
-    echo "== small-budget sweeps: every attention x 3 seeds (listops_small 300 steps; mqar_cpu)"
-    LISTOPS="python train.py -m attention=$ATTENTIONS seed=1,2,3 trainer.max_steps=300 tags=[readme] hydra.sweep.dir=outputs/sweeps/listops"
-    MQAR="python train.py -m experiment=mqar_cpu attention=$ATTENTIONS seed=1,2,3 tags=[readme] hydra.sweep.dir=outputs/sweeps/mqar"
+    echo "== small-budget sweeps: every attention x seeds 1-5, 6-10 where they split"
+    echo "   (listops_small 300 steps; mqar_cpu; resumable; one run at a time, 2 threads, so"
+    echo "   that tokens/s and memory are each run's alone)"
+    LISTOPS="python scripts/seed_sweep.py --root outputs/sweeps/listops --jobs 1 --threads 2 trainer.max_steps=300 tags=[readme]"
+    MQAR="python scripts/seed_sweep.py --preset mqar_cpu --root outputs/sweeps/mqar --jobs 1 --threads 2 tags=[readme]"
     $LISTOPS
     $MQAR
     python scripts/compare.py --runs outputs/sweeps --published --out "$OUT" \

@@ -13,14 +13,18 @@ from linarena.errors import LinarenaError
 STUDY_ERRORS = (LinarenaError, ValueError, FileNotFoundError)
 
 
-def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = True) -> None:
-    """--jobs, --threads and --report-only (and --attention unless `attention` is False)."""
+def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = True,
+                           report_only: bool = True) -> None:
+    """--jobs, --threads, --attention (unless `attention` is False) and --report-only (unless
+    `report_only` is False)."""
     if attention:
         parser.add_argument("--attention", nargs="+", default=None,
                             help="only these variants (default: every file of conf/attention/)")
     parser.add_argument("--jobs", type=int, default=2, help="points trained at a time")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--report-only", action="store_true", help="do not train; report only")
+    if report_only:
+        parser.add_argument("--report-only", action="store_true",
+                            help="do not train; report only")
 
 
 def fail(script: str, error: BaseException) -> int:

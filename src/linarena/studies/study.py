@@ -38,24 +38,36 @@ from linarena.training.summary import SUMMARY_FILE, read_summary
 TRAIN_PY = CONF_DIR.parent / "train.py"
 
 
-def train_commands(preset: str, settings: Sequence[str], names: Sequence[str], folder: Path,
-                   entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
-    """The train.py calls that train `names` with the point's `settings` (train.py overrides),
-    one folder per name, <folder>/<name>/ (summary.json, .hydra/config.yaml): the plain variants
-    in one multirun (one process start for all), each name with study entries (a variant's
-    settings or a hybrid's model.pattern, preset.load_grid) in its own call."""
+def train_commands(preset: str | None, settings: Sequence[str], names: Sequence[str],
+                   folder: Path, entries: Mapping[str, Sequence[str]] | None = None,
+                   sweep_dir: Path | None = None) -> list[list[str]]:
+    """The train.py calls that train `names` with the point's `settings` (train.py overrides)
+    under experiment=`preset` (None: the default config), one folder per name, <folder>/<name>/
+    (summary.json, .hydra/config.yaml): the plain variants in one multirun (one process start
+    for all), each name with study entries (a variant's settings or a hybrid's model.pattern,
+    preset.load_grid) in its own call. `sweep_dir` (default `folder`, which it must hold) is
+    the multirun folder the runs are compared by (summary.sweep_label): a sweep's seeds in
+    <sweep_dir>/seed<s>/ are one sweep."""
     entries = entries or {}
-    head = [sys.executable, str(TRAIN_PY), "-m", f"experiment={preset}"]
-    common = [*settings, "logger=none", f"hydra.sweep.dir={folder}"]
+    sweep_dir = sweep_dir or folder
+    prefix = folder.relative_to(sweep_dir).as_posix()
+
+    def subdir(name: str) -> str:
+        return name if prefix == "." else f"{prefix}/{name}"
+
+    head = [sys.executable, str(TRAIN_PY), "-m",
+            *([f"experiment={preset}"] if preset is not None else [])]
+    common = [*settings, "logger=none", f"hydra.sweep.dir={sweep_dir}"]
     plain = [name for name in names if name not in entries]
     calls = [[*head, f"attention={','.join(plain)}", *common,
-              "hydra.sweep.subdir=${hydra:runtime.choices.attention}"]] if plain else []
+              f"hydra.sweep.subdir={subdir('${hydra:runtime.choices.attention}')}"]
+             ] if plain else []
     for name in names:
         if name in entries:
             # A hybrid's blocks come from its model.pattern, a variant's from attention=.
             variant = [f"attention={name}"] if name in variant_names() else []
             calls.append([*head, *variant, *common, *entries[name],
-                          f"hydra.sweep.subdir='{name}'"])
+                          f"hydra.sweep.subdir='{subdir(name)}'"])
     return calls
 
 
@@ -66,7 +78,7 @@ class Point(Protocol):
     @property
     def folder_name(self) -> str: ...
 
-    def commands(self, preset: str, names: Sequence[str], root: Path,
+    def commands(self, preset: str | None, names: Sequence[str], root: Path,
                  entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]: ...
 
 
@@ -82,7 +94,7 @@ class SettingsPoint:
     def folder_name(self) -> str:
         raise NotImplementedError
 
-    def commands(self, preset: str, names: Sequence[str], root: Path,
+    def commands(self, preset: str | None, names: Sequence[str], root: Path,
                  entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
         """train_commands at this point, into <root>/<folder_name>/<name>/."""
         return train_commands(preset, self.settings, names, root / self.folder_name, entries)
@@ -137,7 +149,7 @@ def pending(tasks: Iterable[Task], root: Path, archived: frozenset[str]) -> list
 
 
 def run_point(
-    point: Point, preset: str, root: Path, attentions: Sequence[str], threads: int,
+    point: Point, preset: str | None, root: Path, attentions: Sequence[str], threads: int,
     extra: Sequence[str] = (), env: Mapping[str, str] | None = None,
     entries: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
@@ -205,7 +217,7 @@ class Progress:
               f"ETA {left / 60:.0f} min", flush=True)
 
 
-def run_tasks(tasks: list[Task], preset: str, root: Path, jobs: int, threads: int,
+def run_tasks(tasks: list[Task], preset: str | None, root: Path, jobs: int, threads: int,
               extra: Sequence[str], counts: dict[str, int],
               env: Mapping[str, str] | None = None,
               entries: Mapping[str, Sequence[str]] | None = None) -> None:

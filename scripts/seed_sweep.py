@@ -1,0 +1,57 @@
+"""Train every attention at several seeds, with more seeds where the outcomes split; resumable.
+
+Each attention of conf/attention/ (or --attention) is trained at each of --seeds with
+experiment=--preset (default: the default config) and the overrides given, one run each in
+<root>/seed<s>/<attention>/; an attention whose seeds split (some reach 90% test accuracy, some
+do not) is trained at --more-seeds too (linarena.studies.seed_sweep). Finished runs are skipped,
+so the same command resumes. All the runs are one sweep for scripts/compare.py:
+
+    python scripts/seed_sweep.py --preset mqar_cpu --root outputs/sweeps/mqar --jobs 2
+    python scripts/seed_sweep.py --root outputs/sweeps/listops trainer.max_steps=300
+    python scripts/compare.py --runs outputs/sweeps
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from linarena.attention.variants import check_variant_names, variant_names
+from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
+from linarena.studies.seed_sweep import run_sweep
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default=None,
+                        help="a conf/experiment/ preset (default: none, the default config)")
+    parser.add_argument("--root", type=Path, required=True,
+                        help="the sweep's folder (its multirun folder for compare.py)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5],
+                        help="the seeds of every attention (default 1-5)")
+    parser.add_argument("--more-seeds", type=int, nargs="*", default=[6, 7, 8, 9, 10],
+                        help="the seeds added where --seeds split (default 6-10; "
+                             "`--more-seeds` with none after it: no more seeds)")
+    add_training_arguments(parser, report_only=False)
+    parser.add_argument("overrides", nargs="*", help="train.py overrides for every run")
+    args = parser.parse_args(argv)
+    if set(args.more_seeds) & set(args.seeds):
+        parser.error(f"--more-seeds {args.more_seeds} repeats seeds of --seeds {args.seeds}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        names = check_variant_names(args.attention) if args.attention else variant_names()
+        counts = run_sweep(args.preset, args.root, names, args.seeds, args.more_seeds,
+                           args.jobs, args.threads, args.overrides)
+    except STUDY_ERRORS as error:
+        return fail("seed_sweep.py", error)
+    print(f"outcomes: {counts}", flush=True)
+    return 0 if all(outcome.startswith(("ok", "done")) for outcome in counts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""A sweep over every attention and seed, with more seeds where the outcomes split (issue #26):
+the README's small-budget tables as a study, resumable.
+
+Every attention is trained at each of `seeds` (one train.py multirun per seed, a folder per run,
+<root>/seed<s>/<attention>/); an attention whose seeds split (some reach SUCCESS_THRESHOLD test
+accuracy and some do not) is trained at `more_seeds` too, so an outcome that can go either way
+is a rate over enough seeds. All runs are one sweep for scripts/compare.py: its multirun folder
+is <root> (study.train_commands' sweep_dir), whatever the seed folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from linarena.studies.statistics import SUCCESS_THRESHOLD
+from linarena.studies.study import SettingsPoint, Task, pending, run_tasks, train_commands
+from linarena.training.summary import read_summary
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPoint(SettingsPoint):
+    """One seed of the sweep: every attention at it is trained by one multirun."""
+
+    seed: int
+
+    @property
+    def folder_name(self) -> str:
+        return f"seed{self.seed}"
+
+    @property
+    def settings(self) -> list[str]:
+        return [f"seed={self.seed}"]
+
+    def commands(self, preset: str | None, names: Sequence[str], root: Path,
+                 entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
+        """train_commands into <root>/seed<s>/<name>/, labelled as the one sweep <root>."""
+        return train_commands(preset, self.settings, names, root / self.folder_name, entries,
+                              sweep_dir=root)
+
+
+def finished_accuracy(root: Path, seed: int, attention: str) -> float | None:
+    """The test accuracy of a finished run (None: not finished, diverged or no test)."""
+    summary = read_summary(root / SweepPoint(seed).folder_name / attention) or {}
+    return summary.get("metrics", {}).get("test/acc")
+
+
+def split_attentions(root: Path, names: Sequence[str], seeds: Sequence[int]) -> list[str]:
+    """The attentions of `names` whose finished runs at `seeds` split: 0 < successes < n."""
+    split = []
+    for name in names:
+        finished = [acc for seed in seeds if (acc := finished_accuracy(root, seed, name)) is not None]
+        successes = sum(acc >= SUCCESS_THRESHOLD for acc in finished)
+        if 0 < successes < len(finished):
+            split.append(name)
+    return split
+
+
+def run_sweep(preset: str | None, root: Path, names: Sequence[str], seeds: Sequence[int],
+              more_seeds: Sequence[int] = (), jobs: int = 2, threads: int = 1,
+              extra: Sequence[str] = ()) -> dict[str, int]:
+    """Train every missing run of the sweep (`seeds`, then `more_seeds` for the attentions that
+    split), `jobs` seeds at a time; a count per outcome (study.run_point's)."""
+    counts: dict[str, int] = {}
+    todo: list[Task] = pending([(SweepPoint(seed), list(names)) for seed in seeds], root,
+                               frozenset())
+    print(f"{preset or 'default config'}: {len(names)} attentions x seeds {list(seeds)}: "
+          f"{sum(len(n) for _, n in todo)} runs to go", flush=True)
+    run_tasks(todo, preset, root, jobs, threads, extra, counts)
+    if more_seeds:
+        split = split_attentions(root, names, seeds)
+        more = pending([(SweepPoint(seed), split) for seed in more_seeds], root, frozenset())
+        print(f"split at seeds {list(seeds)}: {split or 'none'}; "
+              f"{sum(len(n) for _, n in more)} runs of more seeds to go", flush=True)
+        run_tasks(more, preset, root, jobs, threads, extra, counts)
+    return counts

@@ -1,0 +1,84 @@
+"""The small-budget sweeps as a study (linarena.studies.seed_sweep, scripts/seed_sweep.py): every
+attention at each seed, more seeds only where the outcomes split, resumable, and every seed's
+runs in one sweep for compare.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.paths import load_script
+from helpers.training import compose_config
+
+from linarena.studies import seed_sweep
+from linarena.studies.seed_sweep import SweepPoint, run_sweep, split_attentions
+from linarena.training.summary import sweep_label
+
+
+def finished(root: Path, seed: int, attention: str, test_acc: float) -> None:
+    folder = root / SweepPoint(seed).folder_name / attention
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"metrics": {"test/acc": test_acc}}))
+
+
+def test_every_seed_of_a_sweep_is_labelled_as_the_one_sweep(tmp_path: Path) -> None:
+    """compare.py groups runs by sweep label: seeds in seed<s>/ folders must not be sweeps of
+    their own."""
+    root = tmp_path / "sweeps" / "mqar"
+    labels = set()
+    for seed in (1, 3):
+        command, = SweepPoint(seed).commands("mqar_cpu", ["elu", "softmax"], root)
+        assert command[3:5] == ["experiment=mqar_cpu", "attention=elu,softmax"]
+        # The job's own overrides: the multirun's, with its one attention.
+        overrides = ["attention=elu" if arg.startswith("attention=") else arg
+                     for arg in command[3:] if not arg.startswith("hydra.")]
+        subdir = next(a for a in command if a.startswith("hydra.sweep.subdir=")).split("=", 1)[1]
+        assert f"hydra.sweep.dir={root}" in command
+        assert subdir == f"seed{seed}/${{hydra:runtime.choices.attention}}"
+        job = root / f"seed{seed}" / "elu"  # where Hydra puts the run: sweep dir / subdir
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {
+            "mode": "MULTIRUN", "sweep": {"dir": str(root), "subdir": subdir},
+            "overrides": {"task": overrides}}}))
+        labels.add(sweep_label(compose_config(overrides, output_dir=job)))
+    assert labels == {f"{root}: experiment=mqar_cpu"}
+
+
+def test_without_a_preset_the_sweep_trains_the_default_config(tmp_path: Path) -> None:
+    command, = SweepPoint(2).commands(None, ["elu"], tmp_path)
+    assert not any(arg.startswith("experiment=") for arg in command)
+    assert {"attention=elu", "seed=2"} <= set(command)
+
+
+def test_only_the_attentions_whose_seeds_split_get_more_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outcomes = {"softmax": (0.99, 0.99, 0.99), "elu": (0.13, 0.95, 0.12),
+                "taylor": (0.12, 0.12, 0.13)}
+    trained: list[tuple[int, list[str]]] = []
+
+    def fake_training(tasks, *args, **kwargs) -> None:
+        for point, names in tasks:
+            trained.append((point.seed, names))
+            for name in names:
+                finished(tmp_path, point.seed, name, outcomes[name][point.seed - 1]
+                         if point.seed <= 3 else 0.5)
+
+    monkeypatch.setattr(seed_sweep, "run_tasks", fake_training)
+    finished(tmp_path, 1, "softmax", 0.99)  # a finished run is not trained again
+    run_sweep("mqar_cpu", tmp_path, list(outcomes), seeds=[1, 2, 3], more_seeds=[4, 5])
+    assert trained == [(1, ["elu", "taylor"]), (2, list(outcomes)), (3, list(outcomes)),
+                       (4, ["elu"]), (5, ["elu"])]
+    assert split_attentions(tmp_path, list(outcomes), [1, 2, 3]) == ["elu"]
+    trained.clear()
+    run_sweep("mqar_cpu", tmp_path, list(outcomes), seeds=[1, 2, 3], more_seeds=[4, 5])
+    assert trained == []  # resumed: nothing left
+
+
+def test_more_seeds_that_repeat_seeds_are_refused(capsys: pytest.CaptureFixture) -> None:
+    script = load_script("scripts/seed_sweep.py")
+    with pytest.raises(SystemExit):
+        script.main(["--root", "unused", "--seeds", "1", "2", "--more-seeds", "2", "3"])
+    assert "--more-seeds [2, 3] repeats seeds of --seeds [1, 2]" in capsys.readouterr().err
