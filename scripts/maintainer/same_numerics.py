@@ -1,0 +1,123 @@
+"""Does this checkout train a study's models to the same bits as an older commit?
+
+A study that spans sessions trains its runs at the commit it started from (its runs CSV names
+it), while the code moves on. This check is what lets those runs stand for the current code:
+for every entry of the study preset (conf/attention/ and the preset's hybrid entries, each at a
+short-conv setting the study trains it at), train.py trains `--steps` steps at --base (a git
+worktree made for the check, removed after) and in this checkout, one thread each, same
+settings and seed; the final weights (last.ckpt's state_dict) are compared bit for bit.
+<out>/<name>.csv has one row per entry: identical (True/False) and the largest absolute weight
+difference, with its provenance record.
+
+    python scripts/maintainer/same_numerics.py --base 6231bfb --out docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from linarena.analysis.provenance import command_line
+from linarena.studies.cli import STUDY_ERRORS, fail
+from linarena.studies.preset import load_grid
+from linarena.studies.state_size import study_names, trains_at
+from linarena.studies.study import TRAIN_PY, StudyPoint, write_report
+from linarena.system import REPO_ROOT, current_commit
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the commit the study's runs were trained at")
+    parser.add_argument("--preset", default="mqar_study_cpu", help="the study's preset")
+    parser.add_argument("--attention", nargs="+", default=None,
+                        help="only these variants (default: every file of conf/attention/)")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run")
+    parser.add_argument("--width", type=int, default=16, help="model.d_model of the runs")
+    parser.add_argument("--lr", type=float, default=1e-2, help="optim.lr of the runs")
+    parser.add_argument("--seed", type=int, default=2, help="seed of the runs")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / "same_numerics",
+                        help="where the CSV goes (default outputs/same_numerics)")
+    parser.add_argument("--name", default="same_numerics", help="file name stem of the CSV")
+    return parser.parse_args(argv)
+
+
+def final_weights(tree: Path, command: list[str], folder: Path) -> dict[str, Any]:
+    """Run a study command (this checkout's train.py swapped for `tree`'s) with `tree`'s code;
+    the state_dict of its last.ckpt."""
+    env = os.environ | {"PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1",
+                        "MKL_NUM_THREADS": "1"}
+    command = [command[0], str(tree / TRAIN_PY.relative_to(REPO_ROOT)), *command[2:]]
+    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed in {tree}:\n{done.stderr[-2000:]}")
+    checkpoint = next(folder.rglob("last.ckpt"))
+    return torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def compare(a: Any, b: Any) -> tuple[bool, float]:
+    """(bit-identical, largest absolute difference of the float tensors) of two state_dicts,
+    nested dicts (a module's extra state) included."""
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return False, float("inf")
+        diff = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+        return torch.equal(a, b), diff
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or a.keys() != b.keys():
+            return False, float("inf")
+        pairs = [compare(a[key], b[key]) for key in a]
+        return all(same for same, _ in pairs), max((d for _, d in pairs), default=0.0)
+    return a == b, 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        grid = load_grid(args.preset)
+        base = subprocess.run(["git", "rev-parse", args.base], cwd=REPO_ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (*STUDY_ERRORS, subprocess.CalledProcessError) as error:
+        return fail("same_numerics.py", error)
+    head, dirty = current_commit()
+    head = f"{head}-dirty" if dirty else head
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        base_tree = Path(scratch) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), base],
+                       cwd=REPO_ROOT, check=True, capture_output=True)
+        try:
+            for name in study_names(grid, args.attention):
+                conv = max(c for c in grid["short_conv"] if trains_at(name, c))
+                point = StudyPoint(args.width, conv, args.lr, args.seed)
+                weights = {}
+                for tree, label in ((base_tree, "base"), (REPO_ROOT, "head")):
+                    folder = Path(scratch) / label / name
+                    command, = point.commands(args.preset, [name], folder, grid["entries"])
+                    weights[label] = final_weights(
+                        tree, [*command, f"trainer.max_steps={args.steps}"], folder)
+                same, diff = compare(weights["base"], weights["head"])
+                verdict = "identical" if same else f"differs by up to {diff:.3g}"
+                print(f"{name} (short conv {conv}): {verdict}", flush=True)
+                rows.append({"attention": name, "short_conv": conv, "d_model": args.width,
+                             "lr": args.lr, "seed": args.seed, "steps": args.steps,
+                             "base_commit": base, "head_commit": head,
+                             "identical": same, "max_abs_diff": diff})
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)],
+                           cwd=REPO_ROOT, capture_output=True)
+    table = pd.DataFrame(rows)
+    write_report(args.out, args.name, {".csv": table}, command_line(__file__, argv))
+    print(f"{int(table['identical'].sum())} of {len(table)} identical -> {args.out}")
+    return 0 if table["identical"].all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

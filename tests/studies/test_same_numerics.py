@@ -1,0 +1,35 @@
+"""scripts/maintainer/same_numerics.py: the check that a study's runs, trained at an older
+commit, stand for the current code (the same weights, bit for bit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from helpers.paths import load_script
+
+SCRIPT = load_script("scripts/maintainer/same_numerics.py")
+
+
+def test_one_ulp_anywhere_in_the_weights_is_a_difference() -> None:
+    weights = {"w": torch.ones(3), "extra": {"features": torch.zeros(2), "step": 4}}
+    assert SCRIPT.compare(weights, {"w": torch.ones(3),
+                                    "extra": {"features": torch.zeros(2), "step": 4}}) == (True, 0)
+    nudged = torch.ones(3)
+    nudged[1] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
+    same, diff = SCRIPT.compare(weights, {**weights, "w": nudged})
+    assert not same and 0 < diff < 1e-6
+    hidden = {"w": torch.ones(3), "extra": {"features": torch.tensor([0.0, 1e-30]), "step": 4}}
+    assert not SCRIPT.compare(weights, hidden)[0]  # inside a module's extra state too
+    assert not SCRIPT.compare(weights, {**weights, "w": torch.ones(3, dtype=torch.float64)})[0]
+    assert not SCRIPT.compare(weights, {"w": torch.ones(3)})[0]  # a missing entry
+
+
+@pytest.mark.slow
+def test_the_checkout_trains_the_same_bits_as_its_own_head(tmp_path: Path) -> None:
+    assert SCRIPT.main(["--base", "HEAD", "--attention", "elu", "--steps", "2",
+                        "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "same_numerics.csv")
+    assert table["identical"].all() and "elu" in set(table["attention"])
