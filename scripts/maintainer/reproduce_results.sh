@@ -57,6 +57,8 @@ if [[ "$WHAT" == all || "$WHAT" == mixture ]]; then
     python scripts/mqar_mixture.py --preset mqar_mixture_cpu --jobs 2 --out "$OUT"
 fi
 
+echo "== the README's predictions against the state-size and mixture tables"
+python scripts/maintainer/check_predictions.py --out "$OUT"
 echo "== README tables from the CSVs"
 python scripts/maintainer/results_tables.py
 python scripts/maintainer/provenance.py

@@ -92,6 +92,12 @@ def is_linear(name: str, conf_dir: Path = CONF_DIR) -> bool:
     return issubclass(target, (LinearAttention, RecurrentAttention))
 
 
+def is_recurrence(name: str, conf_dir: Path = CONF_DIR) -> bool:
+    """Whether the variant is a linear recurrence with decay, gates or the delta rule: a
+    RecurrentAttention core (RetNet, GLA, Mamba-2, DeltaNet, ...), not a feature map."""
+    return issubclass(get_class(_load(name, Path(conf_dir))._target_), RecurrentAttention)
+
+
 def is_layer(name: str, conf_dir: Path = CONF_DIR) -> bool:
     """Whether the variant is a whole layer (x -> x, linarena.attention.layers), not a core on
     the block's q, k, v."""
