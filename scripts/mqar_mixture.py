@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.provenance import command_line
+from linarena.analysis.provenance import command_line, training_note
 from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.mixture import accuracy_table, caption, load_runs, summarize
 from linarena.studies.mixture_study import run_mixture
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or roots[0]
     command = command_line(__file__, argv)
     paths = write_report(out, args.name, {
-        "_runs.csv": runs, ".csv": summary, ".md": caption(runs, config) + table,
+        "_runs.csv": runs, ".csv": summary,
+        ".md": caption(runs, config) + training_note(runs, f"{args.name}_runs.csv") + table,
     }, f"{args.runs_command}; then {command}" if args.runs_command else command)
     runs_count = len(runs.drop_duplicates(["attention", "positions", "seed"]))
     print(table + f"{runs_count} runs -> {', '.join(map(str, paths))}")

@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.provenance import command_line
+from linarena.analysis.provenance import command_line, training_note
 from linarena.attention.variants import check_variant_names, variant_names
 from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "_runs.csv": longer, ".csv": table,
         ".md": caption(table, planned, int(table["seeds"].sum()),
                        args.tail_lr if args.tail else None)
+        + training_note(longer, f"{args.name}_runs.csv")
         + comparison_table(table, variant_names()),
     }, command_line(__file__, argv))
     print(f"{len(longer)} longer runs -> {paths[1]}")

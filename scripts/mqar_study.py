@@ -31,7 +31,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.provenance import command_line
+from linarena.analysis.provenance import command_line, training_note
 from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     partial = bool(unfinished(summary, grid).any() or absent)
     paths = write_report(out, args.name, {
         "_runs.csv": runs, ".csv": summary,
-        ".md": caption(runs, summary, grid, partial, absent) + accuracy_table(summary),
+        ".md": caption(runs, summary, grid, partial, absent)
+        + training_note(runs, f"{args.name}_runs.csv") + accuracy_table(summary),
         ".png": lambda path: plot_state_size(summary, runs, path, title=figure_title(runs)),
     }, command_line(__file__, argv))
     print(f"{len(runs)} runs -> {paths[1]}, {paths[3]}" + (" (partial)" if partial else ""))

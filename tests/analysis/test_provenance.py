@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from helpers.paths import REPO_ROOT
@@ -18,6 +19,7 @@ from linarena.analysis.provenance import (
     load,
     mark_stale,
     record,
+    trained_by,
     unrecorded,
 )
 from linarena.analysis.results_tables import write_tables
@@ -87,3 +89,19 @@ def test_tables_are_regenerated_with_the_stale_mark(tmp_path: Path) -> None:
     write_tables(readme, folder)
     training = readme.read_text().split("<!-- results:training -->")[1].split("<!-- /results")[0]
     assert "**Stale** (marked at ffffffffff): a new init." in training
+
+
+def test_a_table_says_where_its_runs_were_trained_and_names_a_dirty_tree() -> None:
+    """Issue #26 item 5: the commits (a dirty one named), the machines, counted per run (a
+    mixture run has a row per test setting)."""
+    clean, dirty = "a" * 40, "b" * 40 + "-dirty"
+    runs = pd.DataFrame({
+        "run": ["s1/elu", "s1/elu", "s2/elu", "s3/elu"],
+        "commit": [clean, clean, dirty, None],
+        "cpu": ["AMD EPYC", "AMD EPYC", "Intel Xeon", None],
+        "cpu_kernels": ["AVX512", "AVX512", "AVX2", None]})
+    assert trained_by(runs) == (
+        "Trained at aaaaaaaaaa (1 run), bbbbbbbbbb-dirty (1 run), an unrecorded commit (1 run); "
+        "on AMD EPYC, AVX512 kernels (1 run), Intel Xeon, AVX2 kernels (1 run), an unrecorded "
+        "machine (1 run); from a tree with uncommitted changes: bbbbbbbbbb-dirty (1 run).")
+    assert trained_by(runs.iloc[:1]).endswith("uncommitted changes: none.")

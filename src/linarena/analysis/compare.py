@@ -28,7 +28,7 @@ import pandas as pd
 
 from linarena.analysis.order import task_sort_key
 from linarena.analysis.plots import plot_accuracy_vs_throughput
-from linarena.analysis.provenance import REPO_ROOT, command_line, record
+from linarena.analysis.provenance import REPO_ROOT, command_line, record, trained_by
 from linarena.analysis.runs import (
     RunRecord,
     drop_reruns,
@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compar
     write_atomic(args.out / "results.csv", lambda file: table.to_csv(file, index=False))
     runs = runs_table(records)
     write_atomic(args.out / "results_runs.csv", lambda file: runs.to_csv(file, index=False))
-    write_atomic(args.out / "results.md", lambda file: file.write(to_markdown(table)))
+    markdown = f"{to_markdown(table)}\n{trained_by(runs)}\n"
+    write_atomic(args.out / "results.md", lambda file: file.write(markdown))
     listing, plots = write_plots(table, args.out)
     command = command_line(REPO_ROOT / "scripts" / "compare.py", argv)
     record([args.out / "results.csv", args.out / "results_runs.csv", args.out / "results.md",

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from filelock import FileLock
 
@@ -58,6 +59,39 @@ def command_line(script: str | Path, argv: Sequence[str] | None = None) -> str:
     shown = script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script
     args = sys.argv[1:] if argv is None else argv
     return " ".join(["python", str(shown), *map(shlex.quote, args)])
+
+
+def trained_by(runs: pd.DataFrame) -> str:
+    """A sentence on where a table's runs were trained (issue #26 item 5), from a runs table's
+    `commit`, `cpu` and `cpu_kernels` columns (one row per run, or per `run` id): each commit,
+    a "-dirty" one (a tree with uncommitted changes) named as such, and each machine, with its
+    number of runs."""
+    if "run" in runs.columns:
+        runs = runs.drop_duplicates("run")
+
+    def column(name: str) -> pd.Series:
+        values = runs[name] if name in runs.columns else pd.Series(index=runs.index, dtype=str)
+        return values.astype(object).where(values.notna(), "")
+
+    def counted(values: pd.Series) -> str:
+        counts = values.value_counts(sort=False)
+        return ", ".join(f"{value} ({count:,} run{'s' * (count != 1)})"
+                         for value, count in counts.items())
+
+    commits = column("commit").replace("", "an unrecorded commit").astype(str).str.replace(
+        r"^([0-9a-f]{10})[0-9a-f]{30}", r"\1", regex=True)
+    kernels = column("cpu_kernels").map(lambda k: f", {k} kernels" if k else "")
+    machines = (column("cpu") + kernels).replace("", "an unrecorded machine")
+    dirty = commits.str.endswith("-dirty")
+    return (f"Trained at {counted(commits)}; on {counted(machines)}; from a tree with "
+            "uncommitted changes: " + (counted(commits[dirty]) if dirty.any() else "none") + ".")
+
+
+def training_note(runs: pd.DataFrame, runs_file: str) -> str:
+    """The paragraph under a study's caption: trained_by, and where each run's own train.py
+    command is (the `command` column of `runs_file`)."""
+    return (f"{trained_by(runs)} Each run's train.py command: the `command` column of "
+            f"{runs_file}.\n\n")
 
 
 def load(folder: Path = PUBLISHED_DIR) -> dict[str, dict[str, Any]]:

@@ -28,11 +28,12 @@ import pandas as pd
 from linarena.analysis.order import attention_label, attention_sort_key
 from linarena.analysis.runs import parse_summary_file, schema_version
 from linarena.metrics import TEST_ACC_PER_SETTING
+from linarena.studies.runs import train_command
 from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "positions", "seed", "length", "pairs", "acc",
-               "beyond_train", "run", "commit", "duration_s")
+               "beyond_train", "run", "commit", "duration_s", "cpu", "cpu_kernels", "command")
 SUMMARY_COLUMNS = ("attention", "label", "positions", "length", "pairs", "beyond_train", "seeds",
                    "failed",
                    "recalled", "test_acc_median", "test_acc_min", "test_acc_max",
@@ -85,11 +86,13 @@ def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     longest = max(int(item["length"]) for item in train)
     attention = str(summary["attention"])
     positions = str(_get(summary["config"], "model.positions"))
+    machine = summary.get("machine") or {}
     return [{"attention": attention, "label": attention_label(attention),
              "positions": positions, "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
              "beyond_train": length > longest,
              "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
-             "duration_s": summary.get("duration_s")}
+             "duration_s": summary.get("duration_s"), "cpu": machine.get("cpu"),
+             "cpu_kernels": machine.get("cpu_kernels"), "command": train_command(folder)}
             for (length, pairs), acc in sorted(accuracies.items())]
 
 
