@@ -24,6 +24,7 @@ def check(overrides: list[str]) -> None:
         ("seed=4294967296", r"seed=4294967296"),
         ("trainer.max_steps=abc", r"trainer\.max_steps='abc': it must be a whole number"),
         ("data.max_length=2.5", r"data\.max_length=2\.5: it must be a whole number"),
+        ("model.compile=inductr", r"model\.compile='inductr': not a torch\.compile backend"),
     ],
 )
 def test_bad_values_are_refused_by_the_checks(override: str, says: str) -> None:
@@ -33,6 +34,7 @@ def test_bad_values_are_refused_by_the_checks(override: str, says: str) -> None:
 
 def test_good_values_pass() -> None:
     check(["trainer.val_check_interval=0.5", "seed=0", "seed=4294967295"])
+    check(["model.compile=inductor"])
 
 
 def test_a_shorter_run_validates_at_its_end_unless_the_interval_was_set() -> None:

@@ -41,7 +41,7 @@ INJECTED = {
 }
 # Keys of a group's config that this module reads itself and does not pass to its _target_
 # (config_checks accepts them): model.pattern, the attention of each block of a hybrid stack.
-BUILD_KEYS = {"model": {"pattern"}}
+BUILD_KEYS = {"model": {"pattern", "compile"}}
 
 
 @dataclass
@@ -169,6 +169,8 @@ def build_components(
     # gets it, before loggers start a W&B run for a training that cannot happen.
     datamodule.check_available()
     model = build_model(cfg, datamodule)
+    if cfg.model.get("compile"):
+        model.compile(backend=str(cfg.model.compile))  # in place: the state_dict keeps its keys
     identity = run_identity(cfg, commit)
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)

@@ -101,6 +101,7 @@ def check_config(cfg: DictConfig) -> None:
     model = cfg.model
     if "positions" in model:  # a model of another _target_ may have no such setting
         check_positions_kind(model.positions)
+    check_compile_backend(model.get("compile"))
     check_attention_builds(cfg)
     if cfg.get("init_weights") and cfg.get("ckpt_path"):
         raise ConfigError(
@@ -114,6 +115,19 @@ def check_config(cfg: DictConfig) -> None:
             f"Set model.max_length={cfg.data.max_length} (its default is ${{data.max_length}}) "
             f"or data.max_length={model.max_length}."
         )
+
+
+def check_compile_backend(backend: Any) -> None:
+    """model.compile is null or one of torch.compile's backends."""
+    if backend is None:
+        return
+    import torch._dynamo  # loaded only when a run compiles
+
+    if str(backend) not in torch._dynamo.list_backends(exclude_tags=()):
+        raise ConfigError(
+            f"model.compile={backend!r}: not a torch.compile backend. Use model.compile=null "
+            "(eager), inductor or aot_eager (every backend: "
+            "torch._dynamo.list_backends(exclude_tags=())).")
 
 
 def check_test_checkpoint(which: Any) -> None:
