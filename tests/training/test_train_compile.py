@@ -9,6 +9,7 @@ import torch
 from helpers.training import compose_config
 
 from linarena.training.build import build_components
+from linarena.training.checkpoint_identity import run_identity
 
 
 def test_a_compiled_model_keeps_eager_weights_keys_and_outputs(tmp_path: Path) -> None:
@@ -27,3 +28,11 @@ def test_a_compiled_model_keeps_eager_weights_keys_and_outputs(tmp_path: Path) -
     eager.eval(), compiled.eval()
     with torch.no_grad():
         torch.testing.assert_close(compiled(tokens, mask), eager(tokens, mask))
+
+
+def test_compiling_is_not_part_of_a_runs_identity() -> None:
+    """A checkpoint written eager resumes compiled and the other way round, and one written
+    before model.compile existed resumes too."""
+    eager, compiled = (run_identity(compose_config([f"model.compile={backend}"]), "c0ffee")
+                       for backend in ("null", "inductor"))
+    assert eager == compiled and "model.compile" not in eager

@@ -24,9 +24,10 @@ IDENTITY_KEY = "linarena_identity"
 IDENTITY_NODES = ("task_name", "attention_name", "seed", "attention_dropout", "attention",
                   "model", "data", "optim")
 TRAINER_KEYS = ("max_steps", "val_check_interval")
-# Where the data live and how many processes build or load them: a machine's choice, not the
-# run's (a run resumed on another machine reads the same data from another folder).
-MACHINE_KEYS = ("data.data_dir", "data.num_workers", "data.generator_workers")
+# Where the data live, how many processes build or load them and whether the model is compiled:
+# a machine's choice, not the run's (a run resumed on another machine reads the same data from
+# another folder, and compiled or not has the same weights).
+MACHINE_KEYS = ("data.data_dir", "data.num_workers", "data.generator_workers", "model.compile")
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
