@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the study's published runs CSV")
     parser.add_argument("--kernel-paths", default="default,avx2",
                         help=f"comma-separated, of {', '.join(cross_kernel.KERNEL_PATHS)}")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="rerun only these seeds of each sampled point (default: all; a "
+                             "split point is still chosen on all its published seeds)")
     parser.add_argument("--min-runs", type=int, default=cross_kernel.MIN_RUNS,
                         help="runs in the sample at least (per kernel path)")
     parser.add_argument("--root", type=Path, default=None,
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         grid = load_grid(args.preset, [o for o in args.overrides if o.startswith("study.")])
         extra = [o for o in args.overrides if not o.startswith("study.")]
         runs = load_archive(args.runs, preset_protocol(args.preset, extra))
-        sample = cross_kernel.choose_sample(runs, grid, args.min_runs)
+        sample = cross_kernel.choose_sample(runs, grid, args.min_runs, args.seeds)
         tasks = cross_kernel.sample_tasks(sample, grid["lrs"])
         commands = cross_kernel.shown_commands(tasks, args.preset, root, paths, args.threads,
                                                extra, grid["entries"])

@@ -78,6 +78,14 @@ def test_the_sample_has_every_split_point_then_the_nearest_whole_points(runs) ->
     pd.testing.assert_frame_equal(choose_sample(shuffled, LR_ON_SEED_1, min_runs=10), sample)
 
 
+def test_a_seed_subset_keeps_every_split_point_and_counts_only_its_runs(runs) -> None:
+    """Split points are read from all their seeds; only the seeds asked for are rerun, and
+    the minimum counts those reruns."""
+    sample = choose_sample(runs, LR_ON_SEED_1, min_runs=6, seeds=[1, 2])
+    assert keys(sample)[:2] == [("elu", 16), ("elu", 32)]
+    assert set(sample["seed"]) == {1, 2} and len(sample) == 6  # 2 split points + 1 more, 2 each
+
+
 @pytest.mark.parametrize("path, aten", [("default", "default"), ("avx2", "avx2"),
                                         ("avx512", "avx512")])
 def test_each_cpu_kernel_path_sets_the_capability_and_mkl_reproducibility(

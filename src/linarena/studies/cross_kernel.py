@@ -7,7 +7,8 @@ study chose it): first every split point (0 < k < n, a seed succeeds when its te
 reaches statistics.SUCCESS_THRESHOLD) with all its seeds; then the other points, nearest the
 threshold first (the smallest |test accuracy - threshold| over the point's seeds; a diverged
 seed is infinitely far; ties by attention, short conv, width), whole points, until the sample
-holds at least `min_runs` runs. Nearest first because there a small numerical difference is
+holds at least `min_runs` runs. With `seeds` (e.g. 1-5 where split points have 10), only those
+seeds of each chosen point are rerun: a study with many split points stays affordable. Nearest first because there a small numerical difference is
 most likely to move a seed across the threshold.
 
 Each rerun is the study's own train.py command for the run (study.StudyPoint.command, the
@@ -125,21 +126,25 @@ def published_points(runs: pd.DataFrame, grid: dict[str, Any]) -> pd.DataFrame:
     return points.assign(split=(points["k"] > 0) & (points["k"] < points["n"]))
 
 
-def choose_sample(runs: pd.DataFrame, grid: dict[str, Any], min_runs: int = MIN_RUNS
-                  ) -> pd.DataFrame:
+def choose_sample(runs: pd.DataFrame, grid: dict[str, Any], min_runs: int = MIN_RUNS,
+                  seeds: Sequence[int] | None = None) -> pd.DataFrame:
     """The published runs to rerun (module docstring: every split point, then the points
-    nearest the threshold, whole, until >= min_runs runs), with a `reason` column."""
+    nearest the threshold, whole, until >= min_runs runs), with a `reason` column; with
+    `seeds`, only those seeds of each point (which points are split is still read from all)."""
     points = published_points(runs, grid)
     ordered = pd.concat([
         points[points["split"]].sort_values(GROUP).assign(reason="split point"),
         points[~points["split"]].sort_values(["nearest", *GROUP])
         .assign(reason="nearest the threshold")])
+    if seeds is not None:
+        runs = runs[runs["seed"].isin(seeds)]
+    sampled = runs.groupby([*GROUP, "lr"]).size()
     chosen, total = [], 0
     for point in ordered.itertuples(index=False):
         if point.reason != "split point" and total >= min_runs:
             break
         chosen.append(point._asdict())
-        total += point.n
+        total += int(sampled.get((point.attention, point.short_conv, point.d_model, point.lr), 0))
     keys = pd.DataFrame(chosen, columns=[*GROUP, "lr", "reason"])[[*GROUP, "lr", "reason"]]
     sample = runs.merge(keys, on=[*GROUP, "lr"], how="inner")
     order = {tuple(row): index for index, row in enumerate(keys[GROUP].itertuples(index=False))}
