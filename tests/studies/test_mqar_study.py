@@ -25,6 +25,7 @@ from linarena.studies.state_size import (
     study_names,
     trains_at,
 )
+from linarena.studies.state_size_plot import state_size_figure
 from linarena.studies.state_size_report import summarize, unfinished
 from linarena.studies.statistics import wilson_interval
 from linarena.studies.study import Progress, StudyPoint, missing, run_point
@@ -298,3 +299,20 @@ def test_an_archive_of_another_study_is_refused(study: Path, tmp_path: Path) -> 
     runs.drop(columns="commit").to_csv(tmp_path / "older.csv", index=False)
     with pytest.raises(ValueError, match=r"no column 'commit'.*without --resume-from"):
         load_archive(tmp_path / "older.csv", protocol)
+
+
+def test_the_figure_legend_has_every_attention_once_in_registry_order() -> None:
+    """An attention may be drawn in one column only (a layer with its own convolutions in the
+    no-conv one; here Taylor in the conv one): the legend, beside the last column, names every
+    attention once."""
+    points = [("softmax", 3), ("softmax", 0), ("elu", 3), ("elu", 0), ("deltanet_layer", 0),
+              ("taylor", 3)]
+    summary = pd.DataFrame([
+        {"attention": name, "short_conv": conv, "d_model": 16, "label": name,
+         "state_size": 512, "state_kind": "recurrent", "chosen_lr": 1e-2,
+         "test_acc_median": 0.5, "success_rate": 0.4, "success_ci_low": 0.1,
+         "success_ci_high": 0.8} for name, conv in points])
+    runs = summary.rename(columns={"chosen_lr": "lr", "test_acc_median": "test_acc"})
+    figure = state_size_figure(summary.iloc[::-1], runs)
+    legend = [text.get_text() for text in figure.axes[1].get_legend().get_texts()]
+    assert legend == ["softmax", "deltanet_layer", "elu", "taylor"]  # conf/attention/'s order

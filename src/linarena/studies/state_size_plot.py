@@ -13,6 +13,8 @@ matplotlib.use("Agg")  # files only; never needs a display
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from linarena.analysis.plots import _save, attention_colors
 from linarena.attention.variants import variant_names
@@ -20,6 +22,11 @@ from linarena.attention.variants import variant_names
 
 def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
                     title: str = "") -> None:
+    """state_size_figure, saved to `path`."""
+    _save(state_size_figure(summary, runs, title), path)
+
+
+def state_size_figure(summary: pd.DataFrame, runs: pd.DataFrame, title: str = "") -> Figure:
     """Median test accuracy at the chosen lr (line) and every seed's (points) against state
     size on a log-2 axis; below, the success rate with its Wilson interval (error bars).
 
@@ -36,6 +43,7 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
     order = [name for name in variant_names() if name in set(summary["attention"])]
     order += sorted(set(summary["attention"]) - set(order))
     colors = attention_colors(order)
+    handles: dict[str, Line2D] = {}  # the first line of each attention, for the legend
     fig, axes = plt.subplots(2, len(convs), figsize=(6.2 * len(convs), 8.4), sharey="row",
                              sharex="col", squeeze=False, height_ratios=[1.3, 1])
     for ax, rate_ax, conv in zip(axes[0], axes[1], convs, strict=True):
@@ -45,10 +53,11 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
                 continue
             line = line.sort_values("state_size")
             kv = (line["state_kind"] == "kv_cache").all()
-            ax.plot(line["state_size"], 100 * line["test_acc_median"], color=colors[name],
-                    linestyle="--" if kv else "-", marker="_", markersize=12,
-                    markeredgewidth=2,
-                    label=f"{line['label'].iloc[0]}" + (" (KV cache)" if kv else ""))
+            handle, = ax.plot(line["state_size"], 100 * line["test_acc_median"],
+                              color=colors[name], linestyle="--" if kv else "-", marker="_",
+                              markersize=12, markeredgewidth=2,
+                              label=f"{line['label'].iloc[0]}" + (" (KV cache)" if kv else ""))
+            handles.setdefault(name, handle)
             seeds = chosen[(chosen["short_conv"] == conv) & (chosen["attention"] == name)]
             ax.scatter(seeds["state_size"], 100 * seeds["test_acc"], s=14, alpha=0.7,
                        color="none" if kv else colors[name], edgecolors=colors[name])
@@ -70,9 +79,12 @@ def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
             panel.set_ylim(-2, 102)
     axes[0][0].set_ylabel("MQAR test accuracy (%): line median, points seeds")
     axes[1][0].set_ylabel("seeds at 90% (%), 95% Wilson interval")
-    # Beside the panels: inside, with 11 variants, it hid the seeds' points.
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                       borderaxespad=0.0)
+    # One entry per attention drawn in any panel (a layer with its own convolutions is in one
+    # column only), in registry order; beside the panels, since inside, with a dozen variants,
+    # it hid the seeds' points.
+    legend = [handles[name] for name in order if name in handles]
+    axes[0][-1].legend(legend, [h.get_label() for h in legend], fontsize=8, loc="upper left",
+                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     if title:
         fig.suptitle(title, fontsize=10)
-    _save(fig, path)
+    return fig
