@@ -80,6 +80,7 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
     setting = f"{first['device']}, {first['dtype']}, batch {first['batch']}"
     if first["device"] == "cpu" and "threads" in rows.columns:
         setting += f", {first['threads']} thread" + ("s" if first["threads"] != 1 else "")
+    legend: dict[str, Line2D] = {}  # each attention's first line
     for axes_row, what in zip(axes, whats, strict=True):
         of_what = rows[rows["what"] == what]
         missing = []
@@ -88,8 +89,9 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
             ok = group[group["status"] == "ok"]
             for ax, column in zip(axes_row, ("ms", "peak_memory_mb"), strict=True):
                 values = ok[column].astype(float).where(ok[column] > 0)  # a log axis has no 0
-                ax.plot(ok["length"], values, marker="o", color=colors[attention],
-                        label=attention_label(attention))
+                line, = ax.plot(ok["length"], values, marker="o", color=colors[attention],
+                                label=attention_label(attention))
+                legend.setdefault(attention, line)
             missing += [f"{attention} {r.length}: {r.status}"
                         for r in group.itertuples() if r.status != "ok"]
         for ax, ylabel in zip(axes_row, ("time per call (ms)", "peak memory (MB)"), strict=True):
@@ -111,9 +113,10 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
         if missing:
             axes_row[0].annotate("not measured: " + "; ".join(missing), (0, -0.22),
                                  xycoords="axes fraction", fontsize=7, va="top", wrap=True)
-    # One legend beside the panels: inside them, a dozen variants hide the lines.
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8,
+    # One legend beside the panels (inside them, a dozen variants hide the lines), with every
+    # attention of any row once: a row may lack some.
+    handles = [legend[name] for name in sorted(legend, key=attention_sort_key)]
+    fig.legend(handles, [h.get_label() for h in handles], loc="center right", fontsize=8,
                title="points at 0 MB (below what the\nmeasurement resolves) are not drawn",
                title_fontsize=7)
     fig.tight_layout(rect=(0, 0, 0.78, 1))
