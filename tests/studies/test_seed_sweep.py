@@ -82,3 +82,10 @@ def test_more_seeds_that_repeat_seeds_are_refused(capsys: pytest.CaptureFixture)
     with pytest.raises(SystemExit):
         script.main(["--root", "unused", "--seeds", "1", "2", "--more-seeds", "2", "3"])
     assert "--more-seeds [2, 3] repeats seeds of --seeds [1, 2]" in capsys.readouterr().err
+
+
+def test_an_unknown_attention_is_a_one_line_error(capsys: pytest.CaptureFixture) -> None:
+    script = load_script("scripts/seed_sweep.py")
+    assert script.main(["--root", "unused", "--attention", "elu", "performr"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("seed_sweep.py: error: unknown attention variant(s) ['performr']")
