@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,13 @@ def test_command_line_errors_are_one_clear_message(tmp_path: Path) -> None:
     assert bad_heads.returncode == 1
     assert "model.d_model=30 must be divisible by model.num_heads=4" in bad_heads.stderr
     assert "Traceback" not in bad_heads.stderr
+
+
+def test_a_command_line_typo_is_reported_before_lightning_loads() -> None:
+    """train.py reads linarena.training.environment before Hydra composes the config: that
+    import must not load Lightning (seconds), so a typo fails at once."""
+    code = ("import sys, linarena.training.environment, linarena.training.summary; "
+            "print(sorted(m for m in ('lightning', 'torchmetrics') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]"
