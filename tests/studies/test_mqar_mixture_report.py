@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers.paths import load_script
 from helpers.training import compose_config
@@ -16,7 +17,7 @@ from omegaconf import OmegaConf
 from linarena.analysis.provenance import load
 from linarena.analysis.results_tables import STAGES, TABLES, render
 from linarena.attention.variants import label, variant_names
-from linarena.studies.mixture import accuracy_table, load_runs, summarize
+from linarena.studies.mixture import accuracy_table, load_runs, short_conv_text, summarize
 from linarena.studies.statistics import wilson_interval
 from linarena.training.run import train
 
@@ -31,7 +32,7 @@ def preset_config() -> dict:
                      "test": OmegaConf.to_container(cfg.data.test),
                      "vocab_size": cfg.data.vocab_size},
             "model": {"d_model": cfg.model.d_model, "num_layers": cfg.model.num_layers,
-                      "positions": cfg.model.positions},
+                      "positions": cfg.model.positions, "short_conv": cfg.model.short_conv},
             "optim": {"lr": cfg.optim.lr}, "trainer": {"max_steps": cfg.trainer.max_steps},
             "callbacks": {"early_stopping": OmegaConf.to_container(
                 cfg.callbacks.early_stopping)}}
@@ -178,7 +179,8 @@ def test_script_writes_the_three_files_with_provenance_and_the_readme_table(
         "'python train.py -m experiment=mqar_mixture_cpu'")
     text = (out / "mqar_mixture.md").read_text()
     assert "†: the length is beyond the longest training length (64)" in text
-    assert "at most 1,500 steps (early stop at val acc 0.99); seeds [1, 2, 3]." in text
+    assert ("at most 1,500 steps (early stop at val acc 0.99); seeds [1, 2, 3]; short conv 3 "
+            "(model.short_conv)." in text)
     assert "1 run(s) have no accuracy for some setting" in text
     rendered = render("mqar_mixture", out)
     caption = next(line for line in rendered.splitlines() if line.startswith("<sub>"))
@@ -214,3 +216,11 @@ def test_a_real_run_is_reported(tmp_path: Path) -> None:
     assert runs["acc"].between(0, 1).all() and set(runs["attention"]) == {"elu"}
     assert runs["commit"].notna().all()  # the commit that trained it, from summary.json
     assert config["data"]["train"] == [{"length": 16, "pairs": 2, "examples": 8}]
+
+
+def test_the_caption_says_which_layers_ran_without_the_presets_short_conv() -> None:
+    runs = pd.DataFrame({"run": ["a", "a", "b", "c"], "short_conv": [3, 3, 3, 0],
+                         "label": ["elu+1", "elu+1", "GLA", "DeltaNet layer"]})
+    assert short_conv_text(runs) == ("short conv 3 before each attention (model.short_conv), "
+                                      "but none for DeltaNet layer (their own short "
+                                      "convolutions instead)")

@@ -13,12 +13,21 @@ from linarena.errors import LinarenaError
 STUDY_ERRORS = (LinarenaError, ValueError, FileNotFoundError)
 
 
+def attention_name(value: str) -> str:
+    """An --attention value; an override (key=value) there was meant for train.py."""
+    if "=" in value:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is a train.py override, not an attention: --attention takes every word "
+            "after it, so put the overrides before --attention (or after --)")
+    return value
+
+
 def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = True,
                            report_only: bool = True) -> None:
     """--jobs, --threads, --attention (unless `attention` is False) and --report-only (unless
     `report_only` is False)."""
     if attention:
-        parser.add_argument("--attention", nargs="+", default=None,
+        parser.add_argument("--attention", nargs="+", default=None, type=attention_name,
                             help="only these variants (default: every file of conf/attention/)")
     parser.add_argument("--jobs", type=int, default=2, help="points trained at a time")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")

@@ -32,7 +32,7 @@ from linarena.studies.runs import train_command
 from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.training.summary import SUMMARY_FILE
 
-RUN_COLUMNS = ("attention", "label", "positions", "seed", "length", "pairs", "acc",
+RUN_COLUMNS = ("attention", "label", "positions", "short_conv", "seed", "length", "pairs", "acc",
                "beyond_train", "run", "commit", "duration_s", "cpu", "cpu_kernels", "command")
 SUMMARY_COLUMNS = ("attention", "label", "positions", "length", "pairs", "beyond_train", "seeds",
                    "failed",
@@ -88,7 +88,8 @@ def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     positions = str(_get(summary["config"], "model.positions"))
     machine = summary.get("machine") or {}
     return [{"attention": attention, "label": attention_label(attention),
-             "positions": positions, "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
+             "positions": positions, "short_conv": _get(summary["config"], "model.short_conv"),
+             "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
              "beyond_train": length > longest,
              "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
              "duration_s": summary.get("duration_s"), "cpu": machine.get("cpu"),
@@ -212,6 +213,21 @@ def _settings_text(items: Iterable[Mapping[str, Any]]) -> str:
                      for item in items)
 
 
+def short_conv_text(runs: pd.DataFrame) -> str:
+    """Which short conv the runs had: the preset's (model.short_conv) for most, none for the
+    layers with their own short convolutions (mixture_study.own_conv_entries)."""
+    by_conv = runs.drop_duplicates("run").dropna(subset=["short_conv"]).groupby(
+        "short_conv")["label"].agg(lambda labels: sorted(set(labels)))
+    if by_conv.empty:  # runs whose config does not say
+        return "short conv not recorded"
+    if len(by_conv) == 1:
+        taps = int(by_conv.index[0])
+        return f"short conv {taps} (model.short_conv)" if taps else "no short conv"
+    own = ", ".join(by_conv.get(0, []))
+    return (f"short conv {int(by_conv.index.max())} before each attention (model.short_conv), "
+            f"but none for {own} (their own short convolutions instead)")
+
+
 def caption(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
     """What the table shows, above it in mqar_mixture.md; `config` is one run's summary.json
     "config" (every pooled run has the same mixture and settings)."""
@@ -225,7 +241,8 @@ def caption(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
             f"{_get(config, 'model.num_layers')} layers, lr {_get(config, 'optim.lr'):g}, at "
             f"most {_get(config, 'trainer.max_steps'):,} steps"
             + (f" (early stop at val acc {stop:g})" if stop is not None else "")
-            + f"; seeds {seeds}. Training (examples): {_settings_text(train)}. Test (examples "
+            + f"; seeds {seeds}; {short_conv_text(runs)}. Training (examples): "
+            f"{_settings_text(train)}. Test (examples "
             f"per setting): {_settings_text(test)}.\n\n"
             f"Each cell: median test accuracy (%) over seeds for that setting, and (k/n) the "
             f"seeds whose accuracy reached {100 * SUCCESS_THRESHOLD:.0f}%. {BEYOND}: the length "
