@@ -89,3 +89,12 @@ def test_an_unknown_attention_is_a_one_line_error(capsys: pytest.CaptureFixture)
     assert script.main(["--root", "unused", "--attention", "elu", "performr"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("seed_sweep.py: error: unknown attention variant(s) ['performr']")
+
+
+def test_an_override_after_attention_is_refused_with_the_fix(
+    capsys: pytest.CaptureFixture
+) -> None:
+    script = load_script("scripts/seed_sweep.py")
+    with pytest.raises(SystemExit):
+        script.main(["--root", "unused", "--attention", "elu", "trainer.max_steps=20"])
+    assert "put the overrides before --attention (or after --)" in capsys.readouterr().err
