@@ -3,7 +3,7 @@
 # from), with the commands, seeds and output paths that made them, then regenerate the tables:
 #   bash scripts/maintainer/reproduce_results.sh         everything (CPU: see the README for times)
 #   bash scripts/maintainer/reproduce_results.sh bench   only the benchmarks (also: sweeps, study,
-#                                                        mixture)
+#                                                        crosskernel, mixture)
 # Each script writes its files' provenance records (docs/results/provenance.json: commit,
 # command, environment). Run it on a clean checkout: a record notes uncommitted changes. The
 # training runs behind the published files go to outputs/ (sweeps/, studies/), as any local run.
@@ -49,6 +49,12 @@ if [[ "$WHAT" == all || "$WHAT" == study ]]; then
     echo "   steps at a constant 0.1 x their lr, from their own last checkpoints"
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
         --tail 2000 --tail-lr 0.1 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" --out "$OUT"
+fi
+
+if [[ "$WHAT" == all || "$WHAT" == crosskernel ]]; then
+    echo "== cross-kernel check of the published state-size study: every split point and the"
+    echo "   points nearest 90%, seeds 1-5, under ATen's default and AVX2 kernels (resumable)"
+    python scripts/maintainer/cross_kernel_check.py --jobs 2 --seeds 1 2 3 4 5 --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == mixture ]]; then
