@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         ".md": caption(table, planned, int(table["seeds"].sum()),
                        args.tail_lr if args.tail else None)
         + training_note(longer, f"{args.name}_runs.csv")
-        + comparison_table(table, variant_names()),
+        + comparison_table(table, variant_names(), tail=bool(args.tail)),
     }, command_line(__file__, argv))
     print(f"{len(longer)} longer runs -> {paths[1]}")
     return 0

@@ -139,3 +139,4 @@ def test_the_tail_report_pairs_each_tail_with_its_study_run(study, tmp_path, cap
     assert row["gain_median"] == pytest.approx(0.20)  # per seed: +0.20, +0.20, +0.03
     text = (out / "mqar_step_budget.md").read_text()
     assert "continued from their last checkpoint" in text and "0.1 x the lr" in text
+    assert "| +500 steps (tail) |" in text and "best step (study → tail)" in text

@@ -126,13 +126,16 @@ def compare(study: pd.DataFrame, longer: pd.DataFrame, points: pd.DataFrame) -> 
     return pd.DataFrame(rows)
 
 
-def comparison_table(table: pd.DataFrame, order: Sequence[str]) -> str:
+def comparison_table(table: pd.DataFrame, order: Sequence[str], tail: bool = False) -> str:
     """Markdown, a row per point in `order` of attentions: median test accuracy % (seeds that
-    reached 90%) at each budget, the median gain, and the median best step at each budget."""
+    reached 90%) at each budget, the median gain, and the median best step at each budget;
+    `tail`: the longer runs are tails, steps after the study's."""
     first = table.iloc[0]
     short, long = f"{first['max_steps_study']:,}", f"{first['max_steps_longer']:,}"
-    lines = [f"| attention | short conv | d_model | lr | {short} steps | {long} steps | "
-             f"median gain | best step ({short} → {long}) |", "|---|---|---|---|---|---|---|---|"]
+    longer, steps = ((f"+{long} steps (tail)", "study → tail") if tail
+                     else (f"{long} steps", f"{short} → {long}"))
+    lines = [f"| attention | short conv | d_model | lr | {short} steps | {longer} | "
+             f"median gain | best step ({steps}) |", "|---|---|---|---|---|---|---|---|"]
     rank = {name: index for index, name in enumerate(order)}
     table = table.sort_values(["short_conv", "d_model"], ascending=[False, True], kind="stable")
     table = table.sort_values("attention", key=lambda names: names.map(rank), kind="stable")
@@ -155,8 +158,9 @@ def caption(table: pd.DataFrame, planned: int, done: int,
         text = (f"The state-size study's runs at these points continued from their last "
                 f"checkpoint (init_weights) for {first['max_steps_longer']:,} more steps at a "
                 f"constant lr, {tail_fraction:g} x the lr the study chose (no warmup), each seed "
-                f"from its own run; early stop at val acc 0.99. A run that had stopped "
-                f"improving by step {first['max_steps_study']:,} does not improve in its tail. "
+                f"from its own run; early stop at val acc 0.99. The question: had a run stopped "
+                f"improving by step {first['max_steps_study']:,}, or does it gain when trained "
+                f"on at a lower lr? "
                 f"Each cell: median test accuracy (%) over seeds and (k/n) the seeds that "
                 f"reached {100 * SUCCESS_THRESHOLD:.0f}%; median gain: the median over seeds of "
                 f"the tail's test accuracy minus the study's; best step: the median step of the "
