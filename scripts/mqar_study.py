@@ -15,6 +15,7 @@ seeds, the seeds that reached 90% and that success rate with its 95% Wilson inte
 record in <out>/provenance.json.
 
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2
+    python scripts/mqar_study.py --preset mqar_study_cpu --plan
     python scripts/mqar_study.py --preset mqar_study_cpu --report-only --out docs/results
     python scripts/mqar_study.py --preset mqar_study_gpu --jobs 8 --threads 2
     python scripts/mqar_study.py --jobs 2 study.short_conv=[3] trainer.max_steps=3000
@@ -31,11 +32,13 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from linarena.analysis.provenance import command_line, training_note
 from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
-from linarena.studies.state_size import run_study, study_names
+from linarena.studies.state_size import plan_study, run_study, study_names
 from linarena.studies.state_size_plot import plot_state_size
 from linarena.studies.state_size_report import (
     accuracy_table,
@@ -63,8 +66,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume-from", type=Path, default=None,
                         help="a runs CSV this study wrote (<name>_runs.csv): its runs count as "
                              "finished and go into the report")
+    parser.add_argument("--plan", action="store_true",
+                        help="print the runs left per column and step with the hours they "
+                             "take at --jobs (from the finished runs' durations); train nothing")
     parser.add_argument("overrides", nargs="*", help="extra train.py overrides for every run")
     return parser.parse_args(argv)
+
+
+def print_plan(plan: pd.DataFrame, jobs: int) -> None:
+    """The runs left per column and step, and the hours they take `jobs` at a time."""
+    hours = plan["runs"] * plan["seconds_per_run"] / 3600 / jobs
+    for row, hour in zip(plan.itertuples(), hours, strict=True):
+        count = f"{row.runs}" if row.exact else f"at most {row.runs}"
+        took = "" if pd.isna(hour) else f", about {hour:.1f} h"
+        print(f"d_model {row.d_model}, short conv {row.short_conv}, {row.stage}: {count} "
+              f"runs{took}")
+    known = plan[plan["exact"]]
+    print(f"left: {known['runs'].sum()} runs known, at most {plan['runs'].sum()} in all; "
+          + ("no run has finished yet to time them" if hours.isna().all() else
+             f"about {hours[plan['exact']].sum():.1f} to {hours.sum():.1f} hours at "
+             f"--jobs {jobs} (median durations of the finished runs at each width)"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume_from is not None:
             protocol = preset_protocol(args.preset, args.overrides)
             archived = load_archive(args.resume_from, protocol)
+        if args.plan:
+            print_plan(plan_study(grid, root, study_names(grid, args.attention), archived),
+                       args.jobs)
+            return 0
         if not args.report_only:
             counts = run_study(args.preset, root, args.attention, args.jobs, args.threads,
                                args.overrides, archived)

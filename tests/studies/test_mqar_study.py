@@ -20,6 +20,7 @@ from linarena.studies.runs import load_archive, load_study, state_size, study_ru
 from linarena.studies.state_size import (
     choose_lr,
     lr_points,
+    plan_study,
     seed_tasks,
     split_points,
     study_names,
@@ -316,3 +317,19 @@ def test_the_figure_legend_has_every_attention_once_in_registry_order() -> None:
     figure = state_size_figure(summary.iloc[::-1], runs)
     legend = [text.get_text() for text in figure.axes[1].get_legend().get_texts()]
     assert legend == ["softmax", "deltanet_layer", "elu", "taylor"]  # conf/attention/'s order
+
+
+def test_the_plan_counts_what_is_left_exactly_where_it_is_known(tmp_path: Path) -> None:
+    grid = load_grid(PRESET, ["study.widths=[16]", "study.short_conv=[3]", "study.lrs=[1e-2]",
+                              "study.seeds=[1,2,3]", "study.lr_seeds=[1]",
+                              "study.more_seeds=[4,5]"])
+    names = ["elu", "taylor"]
+    before = plan_study(grid, tmp_path, names)
+    assert list(zip(before["runs"], before["exact"], strict=True)) == [
+        (2, True), (4, False), (4, False)]  # the lr step known; the later ones at most
+    assert before["seconds_per_run"].isna().all()  # nothing finished to time
+    for name in names:
+        fake_run(tmp_path, name, 16, 3, 1e-2, val=0.5, test=0.5, seed=1)
+    after = plan_study(grid, tmp_path, names)
+    assert list(zip(after["runs"], after["exact"], strict=True)) == [
+        (0, True), (4, True), (4, False)]  # the lr is chosen: seeds 2 and 3 of both

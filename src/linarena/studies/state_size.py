@@ -30,6 +30,7 @@ from linarena.studies.preset import load_grid
 from linarena.studies.runs import GROUP, study_runs
 from linarena.studies.statistics import SUCCESS_THRESHOLD
 from linarena.studies.study import StudyPoint, Task, group_tasks, pending, run_tasks
+from linarena.training.summary import SUMMARY_FILE
 
 # Validation accuracies closer than this are a tie (500 examples x 8 queries: steps of 2.5e-4).
 TIE = 1e-4
@@ -156,3 +157,38 @@ def run_study(
                   f"{sum(len(n) for _, n in todo)} runs to go", flush=True)
             run_tasks(todo, preset, root, jobs, threads, extra, counts, entries=grid["entries"])
     return counts
+
+
+def plan_study(grid: dict[str, Any], root: Path, names: Sequence[str],
+               archived: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The runs the study still has to train, per column and STAGES step: `runs`, exact where
+    the steps before it are finished (which lr each point trains at is then known), else the
+    most it can be (`exact` False: every point's seeds split, for the last step); and
+    `seconds_per_run`, the median duration of the finished runs at that width (or of all of
+    them; NaN before any)."""
+    done = study_runs(root, archived) if archived is not None or any(
+        root.rglob(SUMMARY_FILE)) else None
+    rows = []
+    for width, conv in columns(grid):
+        here = [name for name in names if trains_at(name, conv)]
+        earlier_done = True
+        for stage in STAGES:
+            if earlier_done:
+                runs = sum(len(left) for _, left in stage_tasks(stage, grid, root, here,
+                                                                 (width, conv), archived))
+            else:
+                seeds = ([s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])]
+                         if stage == STAGES[1] else grid["more_seeds"])
+                runs = len(here) * len(seeds)
+            rows.append({"d_model": width, "short_conv": conv, "stage": stage, "runs": runs,
+                         "exact": earlier_done, "seconds_per_run": _seconds(done, width)})
+            earlier_done = earlier_done and runs == 0
+    return pd.DataFrame(rows)
+
+
+def _seconds(runs: pd.DataFrame | None, width: int) -> float:
+    """The median duration of the finished runs at `width`, else of all of them, else NaN."""
+    if runs is None or runs["duration_s"].isna().all():
+        return float("nan")
+    at_width = runs.loc[runs["d_model"] == width, "duration_s"].dropna()
+    return float((at_width if len(at_width) else runs["duration_s"].dropna()).median())
