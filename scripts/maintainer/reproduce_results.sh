@@ -40,6 +40,7 @@ if [[ "$WHAT" == all || "$WHAT" == sweeps ]]; then
     $MQAR
     python scripts/compare.py --runs outputs/sweeps --published --out "$OUT" \
         --runs-command "$LISTOPS; $MQAR"
+    python scripts/maintainer/pairwise_tests.py --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == study ]]; then

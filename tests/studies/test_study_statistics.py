@@ -7,10 +7,13 @@ import math
 
 import pandas as pd
 import pytest
+from helpers.paths import load_script
 
 from linarena.studies.statistics import (
     STATISTICS_COLUMNS,
     fisher_exact,
+    holm,
+    permutation_p_value,
     point_statistics,
     wilson_interval,
 )
@@ -69,3 +72,38 @@ def test_point_statistics_count_a_diverged_seed_in_n_only() -> None:
     assert (stats["n_seeds"], stats["successes"], stats["success_rate"]) == (4, 2, 0.5)
     assert (stats["success_ci_low"], stats["success_ci_high"]) == wilson_interval(2, 4)
     assert (stats["median_acc"], stats["min_acc"], stats["max_acc"]) == (0.90, 0.12, 0.95)
+
+
+def test_the_permutation_test_counts_the_splits_as_extreme_as_the_observed() -> None:
+    # 3 against 3, fully separated: 2 of the C(6, 3) = 20 splits are as extreme (both ways).
+    assert permutation_p_value([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    assert permutation_p_value([0.4, 0.4], [0.4, 0.4]) == 1.0  # ties at the observed: all
+    # Rounding must not drop the observed split itself: 0.1 + 0.2 != 0.3 in floats.
+    assert permutation_p_value([0.1, 0.2], [0.3, 0.0]) == 1.0
+    with pytest.raises(ValueError, match="too many splits"):
+        permutation_p_value([0.5] * 20, [0.5] * 20)
+
+
+def test_holm_adjusts_in_step_down_order_and_keeps_the_input_order() -> None:
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5] and holm([0.9, 0.6]) == [1.0, 1.0]
+
+
+def test_pairwise_tests_use_rates_for_recall_and_means_otherwise(tmp_path) -> None:
+    runs = pd.DataFrame(
+        [{"sweep": "s", "task": "mqar", "attention": a, "seed": s, "test_acc_pct": acc}
+         for a, accs in (("softmax", [0.99] * 5), ("elu", [0.12] * 4 + [None]))
+         for s, acc in enumerate(accs, 1)]
+        + [{"sweep": "s", "task": "listops_small", "attention": a, "seed": s,
+            "test_acc_pct": acc}
+           for a, accs in (("softmax", [0.40, 0.41, 0.39]), ("elu", [0.38, 0.40, 0.39]))
+           for s, acc in enumerate(accs, 1)])
+    runs.to_csv(tmp_path / "results_runs.csv", index=False)
+    script = load_script("scripts/maintainer/pairwise_tests.py")
+    assert script.main(["--runs", str(tmp_path / "results_runs.csv"), "--out",
+                        str(tmp_path)]) == 0
+    pairs = pd.read_csv(tmp_path / "results_pairs.csv").set_index("task")
+    mqar, listops = pairs.loc["mqar"], pairs.loc["listops_small"]
+    assert (mqar["test"], mqar["n_b"], mqar["value_b"]) == ("fisher", 5, 0.0)  # failed: in n
+    assert mqar["p"] == pytest.approx(fisher_exact(5, 5, 0, 5)) and bool(mqar["separated"])
+    assert listops["test"] == "permutation" and not bool(listops["separated"])

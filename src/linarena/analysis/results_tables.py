@@ -31,7 +31,7 @@ from linarena.analysis.results_points import (
 )
 from linarena.attention.variants import label
 from linarena.files import write_text_atomic
-from linarena.studies.statistics import SUCCESS_THRESHOLD
+from linarena.studies.statistics import RECALL_TASKS, SUCCESS_THRESHOLD
 
 ERROR_LABELS = {"performer": "linarena", "performer_pytorch": "performer-pytorch",
                 "performer_pytorch_eps0": "performer-pytorch, eps=0",
@@ -88,15 +88,9 @@ def model_table(folder: Path) -> str:
             + by_length(step, "attention", "peak_memory_mb", "peak MB"))
 
 
-# Tasks whose outcome is recall, a seed reaching SUCCESS_THRESHOLD test accuracy or not: their
-# rows give the rate of seeds that did, with its interval, and the median and range (issue #26),
-# not a mean ± std of a bimodal outcome.
-RECALL_TASKS = ("mqar",)
-
-
 def training_table(folder: Path) -> str:
     """The small-budget sweeps: tokens/s, peak memory and the test accuracy over seeds, as
-    mean ± std, or for RECALL_TASKS as the seeds at the threshold with the rate's 95% Wilson
+    mean ± std, or for RECALL_TASKS (issue #26) as the seeds at the threshold with the rate's 95% Wilson
     interval and the median (min-max); a table each."""
     table = training_csv(folder / "results.csv")
     recall = table["task"].isin(RECALL_TASKS) & ("successes" in table.columns)

@@ -9,12 +9,17 @@ and max. With few seeds a rate says little: 3 of 3 is compatible with a true rat
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 
 import pandas as pd
 
 # A seed "recalls" when its test accuracy reaches this (the tables' "2/3").
 SUCCESS_THRESHOLD = 0.9
+# Tasks whose outcome is recall, a seed reaching SUCCESS_THRESHOLD or not: their results are
+# rates (point_statistics, fisher_exact), not means of a bimodal accuracy.
+RECALL_TASKS = ("mqar",)
 # The normal quantile of a two-sided 95% interval.
 Z_95 = 1.96
 # The columns point_statistics adds to a point's row, in this order.
@@ -69,3 +74,36 @@ def point_statistics(accuracies: pd.Series, threshold: float = SUCCESS_THRESHOLD
             "success_ci_low": low, "success_ci_high": high,
             "median_acc": accuracies.median(), "min_acc": accuracies.min(),
             "max_acc": accuracies.max()}
+
+
+def permutation_p_value(a: Sequence[float], b: Sequence[float],
+                        max_splits: int = 1_000_000) -> float:
+    """The two-sided exact permutation test that two groups of seeds have one mean accuracy:
+    the share of the C(n_a + n_b, n_a) ways to split the pooled values into groups of those
+    sizes whose |difference of means| is at least the observed one. For accuracies that are
+    not rates (no threshold), with no assumption on their distribution."""
+    pooled, n_a, n_b = [*a, *b], len(a), len(b)
+    if not n_a or not n_b:
+        raise ValueError(f"each group needs a value, not {n_a} and {n_b}")
+    if math.comb(n_a + n_b, n_a) > max_splits:
+        raise ValueError(f"{n_a} against {n_b} values: too many splits to enumerate")
+    total = sum(pooled)
+    observed = abs(sum(a) / n_a - sum(b) / n_b)
+    tolerance = 1e-9 * max(1.0, observed)  # a split as extreme as the observed, up to rounding
+    extreme = splits = 0
+    for chosen in itertools.combinations(pooled, n_a):
+        first = sum(chosen)
+        splits += 1
+        extreme += abs(first / n_a - (total - first) / n_b) >= observed - tolerance
+    return extreme / splits
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of p-values tested together (in their order): a family of
+    comparisons keeps its 5% error rate when each adjusted p is read against 0.05."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [1.0] * len(p_values), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

@@ -1,0 +1,91 @@
+"""Which attentions do the small-budget sweeps separate? Every pair, per sweep and task.
+
+Reads compare.py's per-run table (docs/results/results_runs.csv) and tests each pair of
+attentions of one sweep and task on their seeds' test accuracies: for a recall task (MQAR) the
+rates of seeds at 90% (Fisher's exact test), for the others the mean accuracy (the exact
+permutation test); the p-values of one sweep and task are adjusted together (Holm), so a pair is
+`separated` when its adjusted p < 0.05. Writes <out>/<name>.csv, one row per pair, with its
+provenance record: what the README's readings of the sweeps may call a difference.
+
+    python scripts/maintainer/pairwise_tests.py --out docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from linarena.analysis.provenance import PUBLISHED_DIR, command_line
+from linarena.analysis.result_files import read_csv_checked
+from linarena.studies.cli import STUDY_ERRORS, fail
+from linarena.studies.statistics import (
+    RECALL_TASKS,
+    SUCCESS_THRESHOLD,
+    fisher_exact,
+    holm,
+    permutation_p_value,
+)
+from linarena.studies.study import write_report
+
+ALPHA = 0.05
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=PUBLISHED_DIR / "results_runs.csv",
+                        help="compare.py's per-run table (results_runs.csv)")
+    parser.add_argument("--out", type=Path, default=PUBLISHED_DIR.parents[1] / "outputs",
+                        help="where the CSV goes (default outputs/)")
+    parser.add_argument("--name", default="results_pairs", help="file name stem of the CSV")
+    return parser.parse_args(argv)
+
+
+def pair_row(task: str, a: str, b: str, acc_a: pd.Series, acc_b: pd.Series) -> dict:
+    """One pair's test: Fisher's on the rates at SUCCESS_THRESHOLD for a recall task (a failed
+    run, without accuracy, is a seed that did not recall), else the permutation test on the
+    mean accuracy of the runs that have one; `value_*` is the rate or the mean."""
+    if task in RECALL_TASKS:
+        k_a, k_b = int((acc_a >= SUCCESS_THRESHOLD).sum()), int((acc_b >= SUCCESS_THRESHOLD).sum())
+        return {"test": "fisher", "value_a": k_a / len(acc_a), "value_b": k_b / len(acc_b),
+                "p": fisher_exact(k_a, len(acc_a), k_b, len(acc_b))}
+    acc_a, acc_b = acc_a.dropna(), acc_b.dropna()
+    return {"test": "permutation", "value_a": acc_a.mean(), "value_b": acc_b.mean(),
+            "p": permutation_p_value(list(acc_a), list(acc_b))}
+
+
+def pairs_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of attentions per sweep and task, Holm-adjusted within each."""
+    rows = []
+    for (sweep, task), group in runs.groupby(["sweep", "task"], sort=False):
+        accuracies = {name: seeds["test_acc_pct"] for name, seeds in
+                      group.groupby("attention", sort=False)}
+        found = [{"sweep": sweep, "task": task, "a": a, "b": b, "n_a": len(accuracies[a]),
+                  "n_b": len(accuracies[b]),
+                  **pair_row(task, a, b, accuracies[a], accuracies[b])}
+                 for a, b in itertools.combinations(accuracies, 2)]
+        for row, adjusted in zip(found, holm([row["p"] for row in found]), strict=True):
+            rows.append(row | {"p_holm": adjusted, "separated": adjusted < ALPHA})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        runs = read_csv_checked(args.runs, ["sweep", "task", "attention", "test_acc_pct"],
+                                numeric_columns=["test_acc_pct"])
+        table = pairs_table(runs)
+    except STUDY_ERRORS as error:
+        return fail("pairwise_tests.py", error)
+    write_report(args.out, args.name, {".csv": table}, command_line(__file__, argv))
+    for (sweep, task), group in table.groupby(["sweep", "task"], sort=False):
+        print(f"{task} ({sweep}): {int(group['separated'].sum())} of {len(group)} pairs "
+              f"separated (Holm-adjusted p < {ALPHA})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
