@@ -118,14 +118,17 @@ STAGES = ("every lr", "the other seeds at the chosen lr", "more seeds where the 
 
 
 def stage_tasks(stage: str, grid: dict[str, Any], root: Path, names: Sequence[str],
-                column: tuple[int, int], archived: pd.DataFrame | None) -> list[Task]:
-    """The unfinished runs of one STAGES step of the protocol at one (width, short conv)."""
+                column: tuple[int, int], archived: pd.DataFrame | None,
+                runs: pd.DataFrame | None = None) -> list[Task]:
+    """The unfinished runs of one STAGES step of the protocol at one (width, short conv).
+    `runs`: the finished runs (study_runs of `root` and `archived`), loaded here when None."""
     width, conv = column
     if stage == STAGES[0]:
         done = frozenset() if archived is None else frozenset(archived["run"])
         return pending(((point, list(names)) for point in lr_points(grid, width, conv)),
                        root, done)
-    runs = study_runs(root, archived)
+    if runs is None:
+        runs = study_runs(root, archived)
     if stage == STAGES[1]:
         seeds, only = [s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])], None
     else:
@@ -174,8 +177,8 @@ def plan_study(grid: dict[str, Any], root: Path, names: Sequence[str],
         earlier_done = True
         for stage in STAGES:
             if earlier_done:
-                runs = sum(len(left) for _, left in stage_tasks(stage, grid, root, here,
-                                                                 (width, conv), archived))
+                todo = stage_tasks(stage, grid, root, here, (width, conv), archived, done)
+                runs = sum(len(left) for _, left in todo)
             else:
                 seeds = ([s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])]
                          if stage == STAGES[1] else grid["more_seeds"])
