@@ -44,14 +44,17 @@ import pandas as pd
 from linarena.analysis.result_files import read_csv_checked
 from linarena.studies.runs import GROUP, load_study
 from linarena.studies.state_size import choose_lr, lr_basis
-from linarena.studies.statistics import SUCCESS_THRESHOLD, fisher_exact, point_statistics
+from linarena.studies.statistics import (
+    ALPHA,
+    SUCCESS_THRESHOLD,
+    fisher_exact,
+    point_statistics,
+)
 from linarena.studies.study import TRAIN_PY, StudyPoint, Task, group_tasks, pending, run_tasks
 from linarena.system import REPO_ROOT, cpu_model
 from linarena.training.summary import SUMMARY_FILE
 
 MIN_RUNS = 24
-# Fisher's exact test: a p-value below this makes a point's rerun inconsistent.
-ALPHA = 0.05
 # CPU seconds per run when the runs CSV has no duration_s: the state-size study's 396 runs took
 # about 12-14 CPU-hours (conf/experiment/mqar_study_cpu.yaml), ~2 minutes each at 1 thread. The
 # unvectorised `default` path may well be slower (not measured).

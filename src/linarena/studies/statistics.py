@@ -22,6 +22,9 @@ SUCCESS_THRESHOLD = 0.9
 RECALL_TASKS = ("mqar",)
 # The normal quantile of a two-sided 95% interval.
 Z_95 = 1.96
+# The significance level of every test the readings rest on (Fisher's, the permutation test,
+# after Holm's adjustment where several pairs are tested): below it, two points are separated.
+ALPHA = 0.05
 # The columns point_statistics adds to a point's row, in this order.
 STATISTICS_COLUMNS = ("n_seeds", "successes", "success_rate", "success_ci_low",
                       "success_ci_high", "median_acc", "min_acc", "max_acc")
