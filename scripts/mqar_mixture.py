@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from linarena.analysis.provenance import command_line, training_note
-from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
+from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
 from linarena.studies.mixture import accuracy_table, caption, load_runs, summarize
 from linarena.studies.mixture_study import run_mixture
 from linarena.studies.study import write_report
@@ -41,9 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, nargs="+", default=None,
                         help="folders searched for the runs' summary.json (recursively; "
                              "default: --root)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where the CSVs and the table go (default: the first --runs)")
-    parser.add_argument("--name", default="mqar_mixture", help="file name stem of the outputs")
+    add_output_arguments(parser, "mqar_mixture", None, "the first --runs")
     parser.add_argument("--runs-command", default=None,
                         help="the command that made the runs, for the outputs' provenance "
                              "records (<out>/provenance.json)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from linarena.analysis.provenance import command_line, training_note
 from linarena.attention.variants import check_variant_names, variant_names
-from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
+from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
 from linarena.studies.step_budget import (
@@ -65,9 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume-from", type=Path, default=None,
                         help="a runs CSV this script wrote (<name>_runs.csv): its runs count "
                              "as finished and go into the report")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where the CSVs and the table go (default --root)")
-    parser.add_argument("--name", default="mqar_step_budget", help="file name stem of outputs")
+    add_output_arguments(parser, "mqar_step_budget", None, "--root")
     return parser.parse_args(argv)
 
 

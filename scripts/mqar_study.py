@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from linarena.analysis.provenance import command_line, training_note
-from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
+from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
 from linarena.studies.state_size import plan_study, run_study, study_names
@@ -60,9 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--root", type=Path, default=None,
                         help="folder of the run folders (default outputs/studies/<preset>)")
     add_training_arguments(parser)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where the CSV, table and figure go (default <root>)")
-    parser.add_argument("--name", default="mqar_state_size", help="file name stem of the outputs")
+    add_output_arguments(parser, "mqar_state_size", None, "--root")
     parser.add_argument("--resume-from", type=Path, default=None,
                         help="a runs CSV this study wrote (<name>_runs.csv): its runs count as "
                              "finished and go into the report")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line
-from linarena.studies.cli import STUDY_ERRORS, fail
+from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
 from linarena.studies.predictions import predictions_table, summary_lines
 from linarena.studies.preset import load_grid
 from linarena.studies.study import write_report
@@ -34,9 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the state-size study's point table (mqar_study.py's <name>.csv)")
     parser.add_argument("--mixture", type=Path, default=PUBLISHED_DIR / "mqar_mixture.csv",
                         help="the mixture's point table (mqar_mixture.py's <name>.csv)")
-    parser.add_argument("--out", type=Path, default=PUBLISHED_DIR.parents[1] / "outputs",
-                        help="where the CSV goes (default outputs/)")
-    parser.add_argument("--name", default="predictions", help="file name stem of the CSV")
+    add_output_arguments(parser, "predictions", PUBLISHED_DIR.parents[1] / "outputs", "outputs/")
     return parser.parse_args(argv)
 
 

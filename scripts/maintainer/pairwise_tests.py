@@ -21,8 +21,9 @@ import pandas as pd
 
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line
 from linarena.analysis.result_files import read_csv_checked
-from linarena.studies.cli import STUDY_ERRORS, fail
+from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
 from linarena.studies.statistics import (
+    ALPHA,
     RECALL_TASKS,
     SUCCESS_THRESHOLD,
     fisher_exact,
@@ -31,16 +32,12 @@ from linarena.studies.statistics import (
 )
 from linarena.studies.study import write_report
 
-ALPHA = 0.05
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=PUBLISHED_DIR / "results_runs.csv",
                         help="compare.py's per-run table (results_runs.csv)")
-    parser.add_argument("--out", type=Path, default=PUBLISHED_DIR.parents[1] / "outputs",
-                        help="where the CSV goes (default outputs/)")
-    parser.add_argument("--name", default="results_pairs", help="file name stem of the CSV")
+    add_output_arguments(parser, "results_pairs", PUBLISHED_DIR.parents[1] / "outputs", "outputs/")
     return parser.parse_args(argv)
 
 

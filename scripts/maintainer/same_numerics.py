@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from linarena.analysis.provenance import command_line
-from linarena.studies.cli import STUDY_ERRORS, fail
+from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
 from linarena.studies.preset import load_grid
 from linarena.studies.state_size import study_names, trains_at
 from linarena.studies.study import TRAIN_PY, StudyPoint, write_report
@@ -43,9 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=16, help="model.d_model of the runs")
     parser.add_argument("--lr", type=float, default=1e-2, help="optim.lr of the runs")
     parser.add_argument("--seed", type=int, default=2, help="seed of the runs")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "outputs" / "same_numerics",
-                        help="where the CSV goes (default outputs/same_numerics)")
-    parser.add_argument("--name", default="same_numerics", help="file name stem of the CSV")
+    add_output_arguments(parser, "same_numerics", REPO_ROOT / "outputs" / "same_numerics",
+                         "outputs/same_numerics")
     return parser.parse_args(argv)
 
 

@@ -1,10 +1,12 @@
 """What every study script (scripts/mqar_study.py, mqar_mixture.py, mqar_step_budget.py,
-maintainer/cross_kernel_check.py) shares on its command line: how it trains and how it fails."""
+seed_sweep.py and those of scripts/maintainer/) shares on its command line: how it trains,
+where it writes and how it fails."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from linarena.errors import LinarenaError
 
@@ -34,6 +36,15 @@ def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = Tr
     if report_only:
         parser.add_argument("--report-only", action="store_true",
                             help="do not train; report only")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, name: str, default: Path | None,
+                         default_text: str) -> None:
+    """--out (the folder the outputs go to; `default`, described as `default_text` in --help)
+    and --name (their file name stem, `name` by default)."""
+    parser.add_argument("--out", type=Path, default=default,
+                        help=f"the folder the outputs go to (default {default_text})")
+    parser.add_argument("--name", default=name, help="file name stem of the outputs")
 
 
 def fail(script: str, error: BaseException) -> int:
