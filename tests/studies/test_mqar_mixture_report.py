@@ -17,7 +17,13 @@ from omegaconf import OmegaConf
 from linarena.analysis.provenance import load
 from linarena.analysis.results_tables import STAGES, TABLES, render
 from linarena.attention.variants import label, variant_names
-from linarena.studies.mixture import accuracy_table, load_runs, short_conv_text, summarize
+from linarena.studies.mixture import (
+    accuracy_table,
+    caption,
+    load_runs,
+    short_conv_text,
+    summarize,
+)
 from linarena.studies.statistics import wilson_interval
 from linarena.training.run import train
 
@@ -224,3 +230,28 @@ def test_the_caption_says_which_layers_ran_without_the_presets_short_conv() -> N
     assert short_conv_text(runs) == ("short conv 3 before each attention (model.short_conv), "
                                       "but none for DeltaNet layer (their own short "
                                       "convolutions instead)")
+
+
+def test_a_study_short_of_its_seeds_is_marked_partial_and_says_how_n_was_decided(
+        tmp_path: Path, preset_config: dict) -> None:
+    """The runs' own `study:` block (scripts/mqar_mixture.py's preset) is the protocol: seeds
+    1-2 everywhere, seed 3 where those split. A report before the study ends says so."""
+    study = {"positions": ["none", "rope"], "seeds": [1, 2], "more_seeds": [3]}
+
+    def config(positions: str) -> dict:
+        return preset_config | {"study": study,
+                                "model": preset_config["model"] | {"positions": positions}}
+
+    root = tmp_path / "runs"
+    fake_run(root, "none_seed1/elu", "elu", 1, accuracies(0.99, 0.95), config("none"))
+    fake_run(root, "none_seed2/elu", "elu", 2, accuracies(0.99, 0.30), config("none"))  # split
+    fake_run(root, "rope_seed1/elu", "elu", 1, accuracies(0.20, 0.10), config("rope"))
+    runs, run_config = load_runs([root])
+    text = caption(runs, run_config)
+    assert text.startswith("PARTIAL: the study has not finished; rows short of seeds: "
+                           "elu+1 none (seeds 3); elu+1 rope (seeds 2).")
+    assert ("; seeds [1, 2] for every attention and positions, and [3] where those split at "
+            "some test setting (some reached 90% and some did not);" in text)
+    fake_run(root, "none_seed3/elu", "elu", 3, accuracies(0.99, 0.20), config("none"))
+    fake_run(root, "rope_seed2/elu", "elu", 2, accuracies(0.20, 0.10), config("rope"))
+    assert "PARTIAL" not in caption(*load_runs([root]))

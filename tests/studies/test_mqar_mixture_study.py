@@ -9,12 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from linarena.studies.mixture_study import (
-    MixturePoint,
-    load_mixture_grid,
-    own_conv_entries,
-    split_rows,
-)
+from linarena.studies.mixture import split_rows
+from linarena.studies.mixture_study import MixturePoint, load_mixture_grid, own_conv_entries
 from linarena.studies.study import missing
 
 PRESET = "mqar_mixture_cpu"

@@ -19,7 +19,7 @@ appear without absolute position codes, model.positions=none or rope?).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -228,12 +228,58 @@ def short_conv_text(runs: pd.DataFrame) -> str:
             f"but none for {own} (their own short convolutions instead)")
 
 
+def split_rows(runs: pd.DataFrame, seeds: Sequence[int]) -> set[tuple[str, str]]:
+    """The (attention, positions) whose runs of `seeds` split at some test setting:
+    0 < successes < n."""
+    runs = runs[runs["seed"].isin(seeds)]
+    split = set()
+    for (attention, positions, _, _), group in runs.groupby(
+            ["attention", "positions", "length", "pairs"]):
+        successes = int((group["acc"] >= SUCCESS_THRESHOLD).sum())
+        if 0 < successes < len(group):
+            split.add((attention, positions))
+    return split
+
+
+def unfinished(runs: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
+    """The (attention, positions) of `runs` short of the study's protocol (its `study:` block):
+    every attention found in the runs, at each of the study's positions, needs the seeds of
+    `seeds`, and those of `more_seeds` where they split (split_rows). One "<label> <positions>
+    (seeds ...)" per row short of seeds; [] for a finished study."""
+    seeds, more = [int(s) for s in study["seeds"]], [int(s) for s in study.get("more_seeds") or []]
+    split = split_rows(runs, seeds)
+    present = runs.drop_duplicates(["attention", "positions", "seed"])
+    labels = dict(zip(runs["attention"], runs["label"], strict=False))
+    short = []
+    for attention in dict.fromkeys(runs["attention"]):
+        for positions in study["positions"]:
+            wanted = seeds + (more if (attention, str(positions)) in split else [])
+            have = set(present.loc[(present["attention"] == attention)
+                                   & (present["positions"] == str(positions)), "seed"])
+            left = [seed for seed in wanted if seed not in have]
+            if left:
+                short.append(f"{labels[attention]} {positions} (seeds "
+                             f"{', '.join(map(str, left))})")
+    return short
+
+
+def seeds_text(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
+    """How n was decided: the study's protocol when the runs were trained by
+    scripts/mqar_mixture.py (their config's `study:` block), else the seeds found."""
+    study = config.get("study")
+    if not study:
+        return f"seeds {sorted(int(seed) for seed in set(runs['seed']))}"
+    more = list(study.get("more_seeds") or [])
+    return (f"seeds {list(study['seeds'])} for every attention and positions"
+            + (f", and {more} where those split at some test setting (some reached "
+               f"{100 * SUCCESS_THRESHOLD:.0f}% and some did not)" if more else ""))
+
+
 def caption(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
     """What the table shows, above it in mqar_mixture.md; `config` is one run's summary.json
     "config" (every pooled run has the same mixture and settings)."""
     train, test = _get(config, "data.train"), _get(config, "data.test")
     longest = max(int(item["length"]) for item in train)
-    seeds = sorted(int(seed) for seed in set(runs["seed"]))
     stop = _get(config, "callbacks.early_stopping.stopping_threshold")
     failed = runs[runs["acc"].isna()].drop_duplicates(["attention", "seed"])
     text = (f"MQAR trained on a mixture of (length, pairs) settings and tested per setting: "
@@ -241,13 +287,17 @@ def caption(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
             f"{_get(config, 'model.num_layers')} layers, lr {_get(config, 'optim.lr'):g}, at "
             f"most {_get(config, 'trainer.max_steps'):,} steps"
             + (f" (early stop at val acc {stop:g})" if stop is not None else "")
-            + f"; seeds {seeds}; {short_conv_text(runs)}. Training (examples): "
+            + f"; {seeds_text(runs, config)}; {short_conv_text(runs)}. Training (examples): "
             f"{_settings_text(train)}. Test (examples "
             f"per setting): {_settings_text(test)}.\n\n"
             f"Each cell: median test accuracy (%) over seeds for that setting, and (k/n) the "
             f"seeds whose accuracy reached {100 * SUCCESS_THRESHOLD:.0f}%. {BEYOND}: the length "
             f"is beyond the longest training length ({longest}), so the model meets positions "
             "it never trained on.\n\n")
+    short = unfinished(runs, config["study"]) if config.get("study") else []
+    if short:
+        text = (f"PARTIAL: the study has not finished; rows short of seeds: {'; '.join(short)}."
+                "\n\n" + text)
     if len(failed):
         text += (f"{len(failed)} run(s) have no accuracy for some setting (diverged): counted "
                  "in n, never in k, and left out of the median.\n\n")

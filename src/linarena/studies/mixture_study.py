@@ -17,12 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from linarena.attention.variants import check_variant_names, owns_short_conv, variant_names
-from linarena.studies.mixture import load_runs
+from linarena.studies.mixture import load_runs, split_rows
 from linarena.studies.preset import compose_preset
-from linarena.studies.statistics import SUCCESS_THRESHOLD
 from linarena.studies.study import SettingsPoint, Task, group_tasks, pending, run_tasks
 from linarena.training.summary import SUMMARY_FILE
 
@@ -61,19 +58,6 @@ def load_mixture_grid(preset: str, overrides: Sequence[str] = ()) -> dict[str, A
 def own_conv_entries(names: Sequence[str]) -> dict[str, list[str]]:
     """The layers that own their short convolutions, each run with model.short_conv=0."""
     return {name: ["model.short_conv=0"] for name in names if owns_short_conv(name)}
-
-
-def split_rows(runs: pd.DataFrame, seeds: Sequence[int]) -> set[tuple[str, str]]:
-    """The (attention, positions) whose runs of `seeds` split at some test setting:
-    0 < successes < n."""
-    runs = runs[runs["seed"].isin(seeds)]
-    split = set()
-    for (attention, positions, _, _), group in runs.groupby(
-            ["attention", "positions", "length", "pairs"]):
-        successes = int((group["acc"] >= SUCCESS_THRESHOLD).sum())
-        if 0 < successes < len(group):
-            split.add((attention, positions))
-    return split
 
 
 def run_mixture(preset: str, root: Path, attentions: Sequence[str] | None = None,
