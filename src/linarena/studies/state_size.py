@@ -117,6 +117,14 @@ def seed_tasks(grid: dict[str, Any], runs: pd.DataFrame, root: Path, names: Sequ
 STAGES = ("every lr", "the other seeds at the chosen lr", "more seeds where the seeds split")
 
 
+def stage_seeds(stage: str, grid: dict[str, Any]) -> list[int]:
+    """The seeds one of the later STAGES steps trains: the grid's seeds other than lr_seeds,
+    or more_seeds."""
+    if stage == STAGES[1]:
+        return [s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])]
+    return list(grid["more_seeds"])
+
+
 def stage_tasks(stage: str, grid: dict[str, Any], root: Path, names: Sequence[str],
                 column: tuple[int, int], archived: pd.DataFrame | None,
                 runs: pd.DataFrame | None = None) -> list[Task]:
@@ -127,14 +135,12 @@ def stage_tasks(stage: str, grid: dict[str, Any], root: Path, names: Sequence[st
         done = frozenset() if archived is None else frozenset(archived["run"])
         return pending(((point, list(names)) for point in lr_points(grid, width, conv)),
                        root, done)
-    if runs is None:
-        runs = study_runs(root, archived)
-    if stage == STAGES[1]:
-        seeds, only = [s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])], None
-    else:
-        seeds, only = grid["more_seeds"], split_points(runs, grid)
+    seeds = stage_seeds(stage, grid)
     if not seeds:
         return []
+    if runs is None:
+        runs = study_runs(root, archived)
+    only = None if stage == STAGES[1] else split_points(runs, grid)
     tasks = seed_tasks(grid, runs, root, names, seeds, only)
     return [(point, left) for point, left in tasks if (point.d_model, point.short_conv) == column]
 
@@ -180,9 +186,7 @@ def plan_study(grid: dict[str, Any], root: Path, names: Sequence[str],
                 todo = stage_tasks(stage, grid, root, here, (width, conv), archived, done)
                 runs = sum(len(left) for _, left in todo)
             else:
-                seeds = ([s for s in grid["seeds"] if s not in (grid["lr_seeds"] or [])]
-                         if stage == STAGES[1] else grid["more_seeds"])
-                runs = len(here) * len(seeds)
+                runs = len(here) * len(stage_seeds(stage, grid))
             rows.append({"d_model": width, "short_conv": conv, "stage": stage, "runs": runs,
                          "exact": earlier_done, "seconds_per_run": _seconds(done, width)})
             earlier_done = earlier_done and runs == 0
