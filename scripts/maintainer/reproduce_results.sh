@@ -2,8 +2,8 @@
 # Reproduce every committed result in docs/results/ (the files the README's tables are made
 # from), with the commands, seeds and output paths that made them, then regenerate the tables:
 #   bash scripts/maintainer/reproduce_results.sh         everything (CPU: see the README for times)
-#   bash scripts/maintainer/reproduce_results.sh bench   only the benchmarks (also: sweeps, study,
-#                                                        crosskernel, mixture)
+#   bash scripts/maintainer/reproduce_results.sh bench   only the benchmarks (also: quickstart,
+#                                                        sweeps, study, crosskernel, mixture)
 # Each script writes its files' provenance records (docs/results/provenance.json: commit,
 # command, environment). Run it on a clean checkout: a record notes uncommitted changes. The
 # training runs behind the published files go to outputs/ (sweeps/, studies/), as any local run.
@@ -13,6 +13,11 @@ OUT=docs/results
 WHAT="${1:-all}"
 # Every variant of conf/attention/, comma-separated for Hydra's multirun.
 ATTENTIONS="$(python -c "from linarena.attention.variants import variant_names; print(','.join(variant_names()))")"
+
+if [[ "$WHAT" == all || "$WHAT" == quickstart ]]; then
+    echo "== the Quick start's default run, timed from nothing (run it on an idle machine)"
+    python scripts/maintainer/default_run.py --out "$OUT"
+fi
 
 if [[ "$WHAT" == all || "$WHAT" == bench ]]; then
     # The attention benchmark times performer-pytorch beside linarena's Performer: without the

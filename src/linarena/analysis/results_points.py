@@ -213,8 +213,10 @@ def mixture_point(folder: Path) -> list[str]:
                   f"at L{int(row['length'])} P{int(row['pairs'])} in its runs CSV" + _took(runs.get("duration_s", pd.Series(dtype=float))))]
 
 
-# table name -> its one-run lines (results_tables.TABLES)
+# table name -> its one-run lines (results_tables.TABLES); the default run's table is one
+# run, the command its caption shows.
 POINTS: dict[str, Callable[[Path], list[str]]] = {
+    "default_run": lambda folder: [],
     "attention": attention_point("benchmark_attention.csv", causal=False),
     "attention_causal": attention_point("benchmark_attention_causal.csv", causal=True),
     "performer_error": performer_error_point,

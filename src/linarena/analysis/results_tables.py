@@ -119,6 +119,20 @@ def training_table(folder: Path) -> str:
     return "\n\n".join(parts)
 
 
+def default_run_table(folder: Path) -> str:
+    """The Quick start's default run, timed from nothing (scripts/maintainer/default_run.py)."""
+    table = read_csv_checked(folder / "default_run.csv",
+                             ["command", "wall_s", "peak_rss_mb", "tokens_per_sec",
+                              "test_acc_pct", "steps", "load_avg_1min_before"],
+                             ["wall_s", "peak_rss_mb", "tokens_per_sec", "test_acc_pct", "steps",
+                              "load_avg_1min_before"])
+    rows = [[f"`{row['command']}`", f"{row['wall_s']:.0f}", number(row["peak_rss_mb"]),
+             number(row["tokens_per_sec"]), f"{row['test_acc_pct']:.1f}", str(int(row["steps"])),
+             f"{row['load_avg_1min_before']:.2f}"] for _, row in table.iterrows()]
+    return markdown(["command", "wall time (s), data generation included", "peak RSS (MB)",
+                     "tokens/s", "test acc (%)", "steps", "load average before"], rows)
+
+
 def written_table(markdown_file: str) -> Callable[[Path], str]:
     """A table a report script wrote whole, caption and cells, from its CSV (mqar_study.py,
     mqar_step_budget.py, mqar_mixture.py): the README takes that file as it is."""
@@ -127,6 +141,7 @@ def written_table(markdown_file: str) -> Callable[[Path], str]:
 
 # name -> (source files, table maker)
 TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
+    "default_run": (("default_run.csv",), default_run_table),
     "attention": (("benchmark_attention.csv",), attention_table),
     "attention_causal": (("benchmark_attention_causal.csv",),
                          lambda folder: attention_table(folder, "benchmark_attention_causal.csv")),
@@ -140,9 +155,9 @@ TABLES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
     "mqar_mixture": (("mqar_mixture.csv", "mqar_mixture.md"), written_table("mqar_mixture.md")),
 }
 # name -> the scripts/maintainer/reproduce_results.sh stage that writes its source files.
-STAGES = {"attention": "bench", "attention_causal": "bench", "performer_error": "bench",
-          "model": "bench", "training": "sweeps", "mqar_state_size": "study",
-          "mqar_step_budget": "study", "mqar_mixture": "mixture"}
+STAGES = {"default_run": "quickstart", "attention": "bench", "attention_causal": "bench",
+          "performer_error": "bench", "model": "bench", "training": "sweeps",
+          "mqar_state_size": "study", "mqar_step_budget": "study", "mqar_mixture": "mixture"}
 
 
 def render(name: str, folder: Path = PUBLISHED_DIR) -> str:
