@@ -71,6 +71,8 @@ fi
 
 echo "== the README's predictions against the state-size and mixture tables"
 python scripts/maintainer/check_predictions.py --out "$OUT"
+echo "== which pairs of study points the seeds separate (Fisher's exact test)"
+python scripts/maintainer/study_pairs.py --out "$OUT"
 echo "== README tables from the CSVs"
 python scripts/maintainer/results_tables.py
 python scripts/maintainer/provenance.py

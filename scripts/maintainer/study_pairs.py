@@ -1,0 +1,77 @@
+"""Which points of the published studies do their seeds separate? Fisher's test on point pairs.
+
+For each study point table found in --folder (mqar_state_size.csv; mqar_mixture.csv), tests
+every pair of points that differ in one coordinate (linarena.studies.point_pairs): the state-size
+study's attention, d_model or short conv, the mixture's attention, kind of positions or test
+setting, the others held equal. Writes <out>/<table>_pairs.csv, one row per pair (the seeds at
+90% of each, their 95% Wilson intervals, Fisher's exact p and Holm's within the family), with
+its provenance record: what the README's readings of the studies may call a difference. The
+small-budget sweeps have theirs in pairwise_tests.py.
+
+    python scripts/maintainer/study_pairs.py --out docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from linarena.analysis.provenance import PUBLISHED_DIR, command_line
+from linarena.analysis.result_files import read_csv_checked
+from linarena.studies.cli import STUDY_ERRORS, fail
+from linarena.studies.point_pairs import POINT_COLUMNS, one_coordinate_pairs
+from linarena.studies.statistics import ALPHA
+from linarena.studies.study import write_report
+
+# point table -> its coordinates (the mixture's test setting: "L<length> P<pairs>").
+STUDIES = {"mqar_state_size": ("attention", "d_model", "short_conv"),
+           "mqar_mixture": ("attention", "positions", "setting")}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folder", type=Path, default=PUBLISHED_DIR,
+                        help="the folder of the point tables (default docs/results)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the folder the pair tables go to (default: --folder)")
+    return parser.parse_args(argv)
+
+
+def read_points(path: Path) -> pd.DataFrame:
+    """A point table, with the mixture's (length, pairs) as one `setting` coordinate."""
+    points = read_csv_checked(path, POINT_COLUMNS, numeric_columns=POINT_COLUMNS)
+    if {"length", "pairs"} <= set(points.columns):
+        points = points.assign(setting=[f"L{length} P{pairs}" for length, pairs
+                                        in zip(points["length"], points["pairs"], strict=True)])
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = args.out or args.folder
+    found = [name for name in STUDIES if (args.folder / f"{name}.csv").is_file()]
+    if not found:
+        return fail("study_pairs.py", FileNotFoundError(
+            f"no study point table ({', '.join(f'{n}.csv' for n in STUDIES)}) in {args.folder}"))
+    tables = {}
+    try:
+        for name in found:
+            tables[name] = one_coordinate_pairs(read_points(args.folder / f"{name}.csv"),
+                                                STUDIES[name])
+    except STUDY_ERRORS as error:
+        return fail("study_pairs.py", error)
+    command = command_line(__file__, argv)
+    for name, table in tables.items():
+        write_report(out, f"{name}_pairs", {".csv": table}, command)
+        for varied, group in table.groupby("varied", sort=False):
+            print(f"{name}, {varied} varied: {int(group['separated'].sum())} of {len(group)} "
+                  f"pairs separated (Fisher p < {ALPHA}), "
+                  f"{int(group['separated_after_holm'].sum())} after Holm within each family")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Which points of a study's table do its seeds separate? Fisher's exact test on pairs of points.
+
+A point is a row of a study's point table (mqar_state_size.csv, mqar_mixture.csv): its
+coordinates (attention, d_model, short conv; or attention, positions, test setting) and the
+seeds that reached SUCCESS_THRESHOLD, k of n (statistics.point_statistics). The pairs tested are
+those a reading compares: points that differ in exactly one coordinate, the others equal ("GLA
+against RetNet at d_model 16 with the conv"; "softmax with RoPE against softmax without
+positions at L256 P64"). A family is one varied coordinate at one value of the others.
+
+Each pair gets Fisher's exact p (the issue #26 rule: a reading says "A recalls more often than
+B" only when p < ALPHA, or when the two 95% Wilson intervals do not overlap) and Holm's
+adjustment of it within its family, for a reader who compares many pairs of one family at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import pandas as pd
+
+from linarena.studies.statistics import ALPHA, fisher_exact, holm
+
+PAIR_COLUMNS = ("varied", "fixed", "a", "b", "k_a", "n_a", "k_b", "n_b", "rate_a", "rate_b",
+                "ci_low_a", "ci_high_a", "ci_low_b", "ci_high_b", "intervals_overlap",
+                "fisher_p", "separated", "p_holm", "separated_after_holm")
+POINT_COLUMNS = ("n_seeds", "successes", "success_ci_low", "success_ci_high")
+
+
+def _text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def one_coordinate_pairs(points: pd.DataFrame, coordinates: Sequence[str]) -> pd.DataFrame:
+    """Every pair of `points` (rows with `coordinates` and POINT_COLUMNS) that differ in exactly
+    one coordinate, in PAIR_COLUMNS: `varied` names that coordinate, `fixed` the others'
+    values ("d_model=16, short_conv=3"), `a` and `b` the varied values, in the table's order."""
+    absent = [c for c in (*coordinates, *POINT_COLUMNS) if c not in points.columns]
+    if absent:
+        raise ValueError(f"the point table has no column {absent[0]!r}: is it a study's point "
+                         "table (mqar_state_size.csv, mqar_mixture.csv)?")
+    points = points[points["n_seeds"] > 0]
+    rows = []
+    for varied in coordinates:
+        others = [c for c in coordinates if c != varied]
+        for fixed, family in points.groupby(others, sort=False):
+            fixed = fixed if isinstance(fixed, tuple) else (fixed,)
+            found = [_pair(varied, others, fixed, a, b)
+                     for (_, a), (_, b) in itertools.combinations(family.iterrows(), 2)]
+            for row, adjusted in zip(found, holm([r["fisher_p"] for r in found]), strict=True):
+                rows.append(row | {"p_holm": adjusted, "separated_after_holm": adjusted < ALPHA})
+    return pd.DataFrame(rows, columns=list(PAIR_COLUMNS))
+
+
+def _pair(varied: str, others: Sequence[str], fixed: tuple, a: pd.Series,
+          b: pd.Series) -> dict[str, object]:
+    k_a, n_a, k_b, n_b = (int(a["successes"]), int(a["n_seeds"]), int(b["successes"]),
+                          int(b["n_seeds"]))
+    p = fisher_exact(k_a, n_a, k_b, n_b)
+    overlap = (a["success_ci_low"] <= b["success_ci_high"]
+               and b["success_ci_low"] <= a["success_ci_high"])
+    return {"varied": varied,
+            "fixed": ", ".join(f"{name}={_text(value)}" for name, value in zip(others, fixed,
+                                                                               strict=True)),
+            "a": _text(a[varied]), "b": _text(b[varied]), "k_a": k_a, "n_a": n_a, "k_b": k_b,
+            "n_b": n_b, "rate_a": k_a / n_a, "rate_b": k_b / n_b,
+            "ci_low_a": a["success_ci_low"], "ci_high_a": a["success_ci_high"],
+            "ci_low_b": b["success_ci_low"], "ci_high_b": b["success_ci_high"],
+            "intervals_overlap": bool(overlap), "fisher_p": p, "separated": p < ALPHA}

@@ -1,0 +1,86 @@
+"""The pairs of study points a reading may compare (issue #26 item 4): points differing in one
+coordinate, Fisher's exact p, Holm within a family, and the published pair tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers.paths import load_script
+
+from linarena.analysis.provenance import load
+from linarena.studies.point_pairs import one_coordinate_pairs
+from linarena.studies.statistics import wilson_interval
+
+
+def point(attention: str, d_model: int, conv: int, k: int, n: int) -> dict:
+    low, high = wilson_interval(k, n)
+    return {"attention": attention, "d_model": d_model, "short_conv": conv, "n_seeds": n,
+            "successes": k, "success_ci_low": low, "success_ci_high": high}
+
+
+POINTS = pd.DataFrame([point("elu", 16, 3, 0, 5), point("gla", 16, 3, 5, 5),
+                       point("retnet", 16, 3, 1, 5), point("elu", 32, 3, 5, 5),
+                       point("elu", 16, 0, 0, 5)])
+COORDINATES = ("attention", "d_model", "short_conv")
+
+
+def test_only_points_that_differ_in_one_coordinate_are_paired() -> None:
+    pairs = one_coordinate_pairs(POINTS, COORDINATES)
+    found = {(row.varied, row.fixed, row.a, row.b) for row in pairs.itertuples()}
+    assert found == {
+        ("attention", "d_model=16, short_conv=3", "elu", "gla"),
+        ("attention", "d_model=16, short_conv=3", "elu", "retnet"),
+        ("attention", "d_model=16, short_conv=3", "gla", "retnet"),
+        ("d_model", "attention=elu, short_conv=3", "16", "32"),
+        ("short_conv", "attention=elu, d_model=16", "3", "0"),
+    }  # gla at 16 and elu at 32 differ in two coordinates: never a pair
+
+
+def test_fisher_p_the_intervals_and_holm_within_the_family() -> None:
+    pairs = one_coordinate_pairs(POINTS, COORDINATES).set_index(["a", "b"])
+    # 0/5 against 5/5: only the observed table and its mirror are as extreme, 2 of C(10, 5).
+    assert pairs.loc[("elu", "gla"), "fisher_p"] == pytest.approx(2 / 252, rel=1e-12)
+    assert pairs.loc[("elu", "gla"), "separated"]
+    assert not pairs.loc[("elu", "gla"), "intervals_overlap"]
+    # 0/5 against 1/5: one seed apart, the same rate as far as 5 seeds can tell.
+    assert pairs.loc[("elu", "retnet"), "fisher_p"] == pytest.approx(1.0)
+    assert pairs.loc[("elu", "retnet"), "intervals_overlap"]
+    # The three attentions at (16, 3) are one family: Holm multiplies the smallest p by 3.
+    assert pairs.loc[("elu", "gla"), "p_holm"] == pytest.approx(3 * 2 / 252, rel=1e-12)
+    # A family of one pair is not adjusted.
+    assert pairs.loc[("16", "32"), "p_holm"] == pairs.loc[("16", "32"), "fisher_p"]
+
+
+def test_a_table_that_is_not_a_point_table_is_refused_with_the_column_it_lacks() -> None:
+    with pytest.raises(ValueError, match="no column 'successes'"):
+        one_coordinate_pairs(POINTS.drop(columns="successes"), COORDINATES)
+
+
+def test_the_script_writes_a_pair_table_per_study_with_its_provenance(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    POINTS.to_csv(folder / "mqar_state_size.csv", index=False)
+    mixture = pd.DataFrame([point("softmax", 0, 0, 5, 5) | {"positions": p, "length": 256,
+                                                            "pairs": 64}
+                            for p in ("none", "rope")])
+    mixture.loc[1, ["successes", "success_ci_low", "success_ci_high"]] = [0, *wilson_interval(0, 5)]
+    mixture.drop(columns=["d_model", "short_conv"]).to_csv(folder / "mqar_mixture.csv",
+                                                           index=False)
+    script = load_script("scripts/maintainer/study_pairs.py")
+    assert script.main(["--folder", str(folder)]) == 0
+    assert len(pd.read_csv(folder / "mqar_state_size_pairs.csv")) == 5
+    row = pd.read_csv(folder / "mqar_mixture_pairs.csv").iloc[0]
+    assert (row["varied"], row["fixed"], row["a"], row["b"]) == (
+        "positions", "attention=softmax, setting=L256 P64", "none", "rope")
+    assert row["fisher_p"] == pytest.approx(2 / 252)
+    records = load(folder)
+    assert {"mqar_state_size_pairs.csv", "mqar_mixture_pairs.csv"} <= set(records)
+
+
+def test_the_script_says_which_tables_it_looked_for(tmp_path: Path, capsys) -> None:
+    script = load_script("scripts/maintainer/study_pairs.py")
+    assert script.main(["--folder", str(tmp_path)]) == 2
+    assert "no study point table (mqar_state_size.csv, mqar_mixture.csv)" in \
+        capsys.readouterr().err
