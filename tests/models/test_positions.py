@@ -119,6 +119,32 @@ def test_rotating_before_the_map_keeps_the_weights_relative_for_maps_of_q_dot_k(
     assert torch.allclose(weights(0), weights(123)) == relative
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_map_reading_fewer_components_gets_a_rope_of_that_width(causal: bool) -> None:
+    """Taylor reads the first feature_dim (16) components of a 64-wide head: those are rotated as
+    a 16-wide RoPE, angles p * 10000^(-2i / 16), as in Based's layer (a 16-wide projection). A
+    64-wide RoPE would turn them by its 8 fastest pairs only (down to 0.13 rad per token), leaving
+    the map no slow pair to match a key's content across distance: with it the mixture's Taylor
+    rows did not even learn the training lengths."""
+    q, k, v = inputs(length=21, head_dim=64)
+    attn = build("taylor", causal, head_dim=64, rotary=positions("rope", d_model=64))
+    assert attn.feature_map.input_dim(64) == 16
+    plain = build("taylor", causal, head_dim=64)
+
+    def rotate_first_16(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([reference_rotate(x[..., :16]), x[..., 16:].double()], dim=-1)
+
+    expected = quadratic_reference(plain, rotate_first_16(q), rotate_first_16(k), v)
+    assert_close_float64(attn(q, k, v), expected, 21 * 273)
+    if causal:  # step() rotates the same components at the state's position
+        _, state = attn(q[:, :, :9], k[:, :, :9], v[:, :, :9], return_state=True)
+        stepped = []
+        for t in range(9, 21):
+            out, state = attn.step(q[:, :, t], k[:, :, t], v[:, :, t], state)
+            stepped.append(out)
+        assert_close_float64(torch.stack(stepped, dim=2), expected[:, :, 9:], 21 * 273)
+
+
 @pytest.mark.parametrize("split", [13, 16])  # inside a chunk and on a chunk boundary
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
 @pytest.mark.parametrize("name", LINEAR_VARIANTS)

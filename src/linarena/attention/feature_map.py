@@ -57,6 +57,12 @@ class FeatureMap(nn.Module):
         """Width of phi for q, k of `head_dim` dimensions."""
         raise NotImplementedError(f"{type(self).__name__} must define num_features(head_dim).")
 
+    def input_dim(self, head_dim: int) -> int:
+        """How many leading components of q and k the map reads (all head_dim by default).
+        Relative positions rotate those as a RoPE of that width (linarena.attention.rotation),
+        so that its slow pairs, which carry content across distance, are among them."""
+        return head_dim
+
     def setup(self, head_dim: int, causal: bool) -> None:
         """Called once per layer, on the layer's own copy, with its head_dim and mode."""
 

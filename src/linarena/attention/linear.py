@@ -56,10 +56,11 @@ class LinearAttention(nn.Module):
             Rotating phi in both instead makes the denominator a sum of signed terms that can
             reach 0. Before the map, the denominator stays the map's own positive sum and every
             kernel is unchanged; the weights then depend on i - j only for maps that are
-            functions of q . k (Based's Taylor map exactly, its first feature_dim components
-            forming whole pairs when feature_dim is even; Performer's in expectation), not for
-            elementwise maps (elu+1, relu^2, cosFormer's relu), whose q, k then also carry
-            each token's absolute position.
+            functions of q . k (Based's Taylor map exactly; Performer's in expectation), not
+            for elementwise maps (elu+1, relu^2, cosFormer's relu), whose q, k then also carry
+            each token's absolute position. Only the components the map reads
+            (FeatureMap.input_dim: Taylor's first feature_dim) are rotated, as q, k of that
+            width, so they get the whole spectrum of angles, slow pairs included.
     """
 
     def __init__(
@@ -105,6 +106,8 @@ class LinearAttention(nn.Module):
         object.__setattr__(self, "map_call", MapFeaturesCall(self.feature_map))
         self.output_norm = OutputNorm(output_norm, head_dim)
         self.rotary = rotary
+        # The components of q and k the map reads, rotated as a RoPE of that width.
+        self.rotated_dim = self.feature_map.input_dim(head_dim)
 
     def forward(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -140,7 +143,7 @@ class LinearAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             context = self.feature_map.context(mask, batch, start + length, q.device)
             q, k, v = (zero_padding(t.to(dtype), mask) for t in (q, k, v))
-            q, k = rotate_from(self.rotary, q, k, start)
+            q, k = rotate_from(self.rotary, q, k, start, self.rotated_dim)
             positions = torch.arange(start, start + length, device=q.device)
             features = ChunkFeatures(self.map_call, context, positions)
             if self.causal:
@@ -185,7 +188,7 @@ class LinearAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             context = self.feature_map.context(None, q.shape[0], position + 1, q.device)
             q, k, v = (x.to(dtype)[:, :, None] for x in (q, k, v))
-            q, k = rotate_from(self.rotary, q, k, position)
+            q, k = rotate_from(self.rotary, q, k, position, self.rotated_dim)
             positions = torch.arange(position, position + 1, device=q.device)
             features = ChunkFeatures(self.map_call, context, positions)
             if state is None:

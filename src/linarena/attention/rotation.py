@@ -21,11 +21,18 @@ class Rotation(Protocol):
         ...
 
 
-def rotate_from(rotary: Rotation | None, q: Tensor, k: Tensor, start: int
-                ) -> tuple[Tensor, Tensor]:
+def rotate_from(rotary: Rotation | None, q: Tensor, k: Tensor, start: int,
+                width: int | None = None) -> tuple[Tensor, Tensor]:
     """q, k (batch, heads, n, head_dim) of the tokens at positions start .. start + n - 1,
     rotated by `rotary`; as they are when it is None. Padded tokens keep their index (positions
-    are places in the sequence, as for an absolute table), so real tokens never move."""
+    are places in the sequence, as for an absolute table), so real tokens never move. `width`:
+    only the first `width` components are read (a feature map's input_dim), and they are
+    rotated as q, k of that width (the rest as they are)."""
     if rotary is None:
         return q, k
-    return rotary.rotate(q, k, torch.arange(start, start + q.shape[2], device=q.device))
+    positions = torch.arange(start, start + q.shape[2], device=q.device)
+    if width is None or width >= q.shape[-1]:
+        return rotary.rotate(q, k, positions)
+    read_q, read_k = rotary.rotate(q[..., :width], k[..., :width], positions)
+    return (torch.cat([read_q, q[..., width:]], dim=-1),
+            torch.cat([read_k, k[..., width:]], dim=-1))

@@ -37,6 +37,9 @@ class TaylorFeatures(FeatureMap):
     def _dim(self, head_dim: int) -> int:
         return head_dim if self.feature_dim is None else min(self.feature_dim, head_dim)
 
+    def input_dim(self, head_dim: int) -> int:
+        return self._dim(head_dim)
+
     def num_features(self, head_dim: int) -> int:
         d = self._dim(head_dim)
         return 1 + d + d * d
