@@ -319,6 +319,21 @@ def test_the_figure_legend_has_every_attention_once_in_registry_order() -> None:
     assert legend == ["softmax", "deltanet_layer", "elu", "taylor"]  # conf/attention/'s order
 
 
+def test_the_figure_says_once_which_width_each_point_is() -> None:
+    """Each line's points are its widths in state-size order; the caption says so, instead of
+    a label per point that piled up where a dozen attentions share a state size."""
+    summary = pd.DataFrame([
+        {"attention": name, "short_conv": 3, "d_model": width, "label": name,
+         "state_size": 32 * width, "state_kind": "recurrent", "chosen_lr": 1e-2,
+         "test_acc_median": 0.5, "success_rate": 0.4, "success_ci_low": 0.1,
+         "success_ci_high": 0.8} for name in ("elu", "taylor") for width in (32, 16)])
+    runs = summary.rename(columns={"chosen_lr": "lr", "test_acc_median": "test_acc"})
+    figure = state_size_figure(summary, runs, title="MQAR")
+    assert figure._suptitle.get_text() == (
+        "MQAR\nd_model 16, 32: each attention's points, left to right")
+    assert not [text for ax in figure.axes for text in ax.texts]  # no label per point
+
+
 def test_the_plan_counts_what_is_left_exactly_where_it_is_known(tmp_path: Path) -> None:
     grid = load_grid(PRESET, ["study.widths=[16]", "study.short_conv=[3]", "study.lrs=[1e-2]",
                               "study.seeds=[1,2,3]", "study.lr_seeds=[1]",

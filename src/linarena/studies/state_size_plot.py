@@ -61,10 +61,6 @@ def state_size_figure(summary: pd.DataFrame, runs: pd.DataFrame, title: str = ""
             seeds = chosen[(chosen["short_conv"] == conv) & (chosen["attention"] == name)]
             ax.scatter(seeds["state_size"], 100 * seeds["test_acc"], s=14, alpha=0.7,
                        color="none" if kv else colors[name], edgecolors=colors[name])
-            for row in line.itertuples():
-                ax.annotate(f"d{row.d_model}", (row.state_size, 100 * row.test_acc_median),
-                            textcoords="offset points", xytext=(3, 3), fontsize=6,
-                            color=colors[name])
             rate = 100 * line["success_rate"]
             rate_ax.errorbar(line["state_size"], rate,
                              yerr=[rate - 100 * line["success_ci_low"],
@@ -85,6 +81,11 @@ def state_size_figure(summary: pd.DataFrame, runs: pd.DataFrame, title: str = ""
     legend = [handles[name] for name in order if name in handles]
     axes[0][-1].legend(legend, [h.get_label() for h in legend], fontsize=8, loc="upper left",
                        bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    # A state grows with d_model for every attention, so each line's points read left to right
+    # in width order; said once here rather than as a label per point, which crowded where a
+    # dozen attentions share a state size.
+    widths = sorted(set(summary["d_model"]))
+    caption = f"d_model {widths[0]}" if len(widths) == 1 else (
+        f"d_model {', '.join(map(str, widths))}: each attention's points, left to right")
+    fig.suptitle(f"{title}\n{caption}" if title else caption, fontsize=10)
     return fig
