@@ -4,7 +4,8 @@ Reads the state-size study's point table and the mixture's (docs/results/mqar_st
 mqar_mixture.csv), runs every check of linarena.studies.predictions (Fisher's exact test for the
 comparisons, the Wilson interval for "recalls") and writes <out>/<name>.csv, one row per check
 with its verdict (held, contradicted, not separated, missing), with its provenance record; a
-count of verdicts per prediction is printed. A table that does not exist yet is skipped.
+count of verdicts per prediction is printed. A table that does not exist yet, or is marked
+stale in its provenance record, is skipped: its predictions get no rows.
 
     python scripts/maintainer/check_predictions.py --out docs/results
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from linarena.analysis.provenance import PUBLISHED_DIR, command_line
+from linarena.analysis.provenance import PUBLISHED_DIR, command_line, stale_mark
 from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
 from linarena.studies.predictions import predictions_table, summary_lines
 from linarena.studies.preset import load_grid
@@ -43,6 +44,11 @@ def read_points(path: Path, needed: tuple[str, ...], script: str) -> pd.DataFram
     `script` writes it."""
     if not path.is_file():
         print(f"{path}: not there yet; its predictions are skipped")
+        return None
+    if stale := stale_mark(path):
+        # Its rates are the previous code's (and protocol's): no verdict is read from them.
+        print(f"{path}: marked stale at {stale['commit'][:10]}; its predictions are skipped "
+              "until it is rerun")
         return None
     table = pd.read_csv(path)
     absent = [column for column in needed if column not in table.columns]

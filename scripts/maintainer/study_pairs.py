@@ -1,9 +1,9 @@
 """Which points of the published studies do their seeds separate? Fisher's test on point pairs.
 
-For each study point table found in --folder (mqar_state_size.csv; mqar_mixture.csv), tests
-every pair of points that differ in one coordinate (linarena.studies.point_pairs): the state-size
-study's attention, d_model or short conv, the mixture's attention, kind of positions or test
-setting, the others held equal. Writes <out>/<table>_pairs.csv, one row per pair (the seeds at
+For each study point table found in --folder (mqar_state_size.csv; mqar_mixture.csv) and not
+marked stale in its provenance record, tests every pair of points that differ in one coordinate
+(linarena.studies.point_pairs): the state-size study's attention, d_model or short conv, the
+mixture's attention, kind of positions or test setting, the others held equal. Writes <out>/<table>_pairs.csv, one row per pair (the seeds at
 90% of each, their 95% Wilson intervals, Fisher's exact p and Holm's within the family), with
 its provenance record: what the README's readings of the studies may call a difference. The
 small-budget sweeps have theirs in pairwise_tests.py.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from linarena.analysis.provenance import PUBLISHED_DIR, command_line
+from linarena.analysis.provenance import PUBLISHED_DIR, command_line, stale_mark
 from linarena.analysis.result_files import read_csv_checked
 from linarena.studies.cli import STUDY_ERRORS, fail
 from linarena.studies.point_pairs import POINT_COLUMNS, one_coordinate_pairs
@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     if not found:
         return fail("study_pairs.py", FileNotFoundError(
             f"no study point table ({', '.join(f'{n}.csv' for n in STUDIES)}) in {args.folder}"))
+    for name in list(found):
+        if stale := stale_mark(args.folder / f"{name}.csv"):
+            # The previous code's rates: no reading may rest on tests of them.
+            print(f"{name}.csv: marked stale at {stale['commit'][:10]}; skipped until it is rerun")
+            found.remove(name)
     tables = {}
     try:
         for name in found:

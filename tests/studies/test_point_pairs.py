@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers.paths import load_script
 
-from linarena.analysis.provenance import load
+from linarena.analysis.provenance import load, mark_stale, record
 from linarena.studies.point_pairs import one_coordinate_pairs
 from linarena.studies.statistics import wilson_interval
 
@@ -77,6 +77,18 @@ def test_the_script_writes_a_pair_table_per_study_with_its_provenance(tmp_path: 
     assert row["fisher_p"] == pytest.approx(2 / 252)
     records = load(folder)
     assert {"mqar_state_size_pairs.csv", "mqar_mixture_pairs.csv"} <= set(records)
+
+
+def test_a_table_marked_stale_is_not_tested(tmp_path: Path, capsys) -> None:
+    """A stale table holds the previous code's rates: no pair table (and so no reading) is
+    made from it until it is rerun."""
+    POINTS.to_csv(tmp_path / "mqar_state_size.csv", index=False)
+    record([tmp_path / "mqar_state_size.csv"], "python scripts/mqar_study.py")
+    mark_stale("mqar_state_size.csv", "trained on older kernels", tmp_path)
+    script = load_script("scripts/maintainer/study_pairs.py")
+    assert script.main(["--folder", str(tmp_path)]) == 0
+    assert not (tmp_path / "mqar_state_size_pairs.csv").exists()
+    assert "mqar_state_size.csv: marked stale at" in capsys.readouterr().out
 
 
 def test_the_script_says_which_tables_it_looked_for(tmp_path: Path, capsys) -> None:

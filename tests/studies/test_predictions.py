@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from helpers.paths import load_script
 
+from linarena.analysis.provenance import mark_stale, record
 from linarena.studies.predictions import (
     LAYER_CORES,
     Point,
@@ -102,3 +103,19 @@ def test_a_table_of_an_older_script_is_a_clear_error(tmp_path: Path,
     error = capsys.readouterr().err
     assert "no column ['n_seeds', 'successes', 'positions']" in error
     assert "scripts/mqar_mixture.py --report-only" in error
+
+
+def test_a_table_marked_stale_gives_no_verdicts(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    """The previous protocol's table (here in an older script's columns, as published before the
+    rerun) is skipped, not read as evidence for or against a prediction."""
+    old = tmp_path / "mqar_mixture.csv"
+    old.write_text("attention,label,length,pairs,beyond_train,seeds,recalled\n"
+                   "softmax,softmax,32,4,False,3,3\n")
+    record([old], "python scripts/mqar_mixture.py")
+    mark_stale(old.name, "the 3-seed protocol", tmp_path)
+    script = load_script("scripts/maintainer/check_predictions.py")
+    assert script.main(["--state-size", str(tmp_path / "absent.csv"), "--mixture", str(old),
+                        "--out", str(tmp_path)]) == 0
+    assert "marked stale at" in capsys.readouterr().out
+    assert pd.read_csv(tmp_path / "predictions.csv").empty

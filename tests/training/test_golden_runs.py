@@ -69,7 +69,9 @@ def test_golden(key: str) -> None:
 
 def test_mixture_golden_run_is_deterministic_and_fast() -> None:
     # The mixture preset has no data.num_train: its golden size is set per (length, pairs).
-    case, = cases([], [], [], ["elu"])
+    none, case = cases([], [], [], ["elu"])
+    assert none.overrides == ("model.positions=none",)
+    assert case.overrides == ("model.positions=rope",)
     assert case.preset == "mqar_mixture_cpu" and "mqar_mixture.csv" in case.results
     logging.disable(logging.WARNING)
     try:
@@ -85,6 +87,36 @@ def test_mixture_golden_run_is_deterministic_and_fast() -> None:
     assert len(values[0]) == 2 * (STEPS + 1) and all(math.isfinite(v) for v in values[0])
     # Every golden case runs in the default suite: each must stay a few seconds.
     assert max(timings) < 15, f"mixture golden run took {max(timings):.1f} s"
+
+
+def test_a_studys_golden_cases_are_configured_as_the_study_trains_them() -> None:
+    """A layer with its own convolutions only without model.short_conv, the window and the
+    hybrids with their study entry's overrides, the mixture at each kind of positions: a case
+    configured otherwise would pin numbers no published run came from (or fail to compose)."""
+    found = {case_key(case): case for case in cases([], [], ["based_layer", "swa",
+                                                               "gated_deltanet+swa"],
+                                                       ["deltanet_layer"])}
+    assert sorted(found) == [
+        "mqar_mixture_cpu/deltanet_layer/model.positions=none/model.short_conv=0",
+        "mqar_mixture_cpu/deltanet_layer/model.positions=rope/model.short_conv=0",
+        "mqar_study_cpu/based_layer/model.short_conv=0",
+        "mqar_study_cpu/gated_deltanet+swa/model.pattern=[gated_deltanet,{swa:{window:16}}]"
+        "/model.short_conv=0",
+        "mqar_study_cpu/gated_deltanet+swa/model.pattern=[gated_deltanet,{swa:{window:16}}]"
+        "/model.short_conv=3",
+        "mqar_study_cpu/swa/attention.window=16/model.short_conv=0",
+        "mqar_study_cpu/swa/attention.window=16/model.short_conv=3"]
+    hybrid = found["mqar_study_cpu/gated_deltanet+swa/model.pattern=[gated_deltanet,"
+                   "{swa:{window:16}}]/model.short_conv=3"]
+    assert not any(o.startswith("attention=") for o in hybrid.train_overrides)
+    assert found["mqar_study_cpu/swa/attention.window=16/model.short_conv=3"].train_overrides[0] \
+        == "attention=swa"
+    logging.disable(logging.WARNING)
+    try:
+        values = run_case(hybrid)  # composes and trains as train.py would
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(values) == 2 * (STEPS + 1) and all(math.isfinite(v) for v in values)
 
 
 def test_every_published_attention_has_its_golden_runs_pinned() -> None:

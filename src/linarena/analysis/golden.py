@@ -29,8 +29,11 @@ from torch.nn import functional as F
 from linarena.analysis.bench_cases import TEXT_MODEL, CaseSpec, build_classifier
 from linarena.analysis.provenance import PUBLISHED_DIR
 from linarena.analysis.result_files import read_csv_checked
-from linarena.attention.variants import CONF_DIR
+from linarena.attention.variants import CONF_DIR, variant_names
 from linarena.data.batching import IGNORE_INDEX
+from linarena.studies.mixture_study import load_mixture_grid, own_conv_entries
+from linarena.studies.preset import load_grid
+from linarena.studies.state_size import trains_at
 from linarena.training.build import build_model
 from linarena.training.optim import build_optimizer, build_scheduler
 
@@ -39,14 +42,12 @@ STEPS = 4         # optimizer steps; STEPS + 1 losses and parameter norms are pi
 BATCH = 4         # examples per step
 SEED = 1          # the training seed of the published runs' first seed
 BENCH_LENGTH = 32  # tokens per sequence in the benchmark model's golden run
+STUDY_PRESET = "mqar_study_cpu"      # the presets of the published studies
+MIXTURE_PRESET = "mqar_mixture_cpu"
 
-LISTOPS_RERUN = ("python train.py -m attention=<the variants> seed=1,2,3 "
-                 "trainer.max_steps=300 hydra.sweep.dir=outputs/sweeps/listops, then "
-                 "python scripts/compare.py --runs outputs/sweeps --published --out docs/results "
-                 "(bash scripts/maintainer/reproduce_results.sh sweeps runs both)")
-MQAR_CPU_RERUN = ("python train.py -m experiment=mqar_cpu attention=<the variants> "
-                  "seed=1,2,3 hydra.sweep.dir=outputs/sweeps/mqar, then "
-                  "python scripts/compare.py --runs outputs/sweeps --published --out docs/results")
+SWEEPS_RERUN = ("bash scripts/maintainer/reproduce_results.sh sweeps (scripts/seed_sweep.py "
+                "over every attention, seeds 1-5 and 6-10 where they split, for ListOps and "
+                "mqar_cpu, then scripts/compare.py --published --out docs/results)")
 STUDY_RERUN = ("python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 "
                "--out docs/results, then scripts/mqar_step_budget.py (bash "
                "scripts/maintainer/reproduce_results.sh study runs both)")
@@ -60,7 +61,7 @@ class GoldenCase:
     """One preset and attention; `results`: the docs/results/ files its numbers feed."""
 
     preset: str          # conf/experiment/ name, "" for the default config, "benchmark_model"
-    attention: str
+    attention: str       # a variant of conf/attention/, or a study entry's name (a hybrid)
     overrides: tuple[str, ...]
     results: tuple[str, ...]
     rerun: str
@@ -69,32 +70,47 @@ class GoldenCase:
     def name(self) -> str:
         return f"{self.preset or 'default'}/{self.attention}"
 
+    @property
+    def train_overrides(self) -> list[str]:
+        """What train.py is given: attention=<variant> (a hybrid's blocks come from its
+        model.pattern in `overrides` instead, as the study runs it), then `overrides`."""
+        variant = [f"attention={self.attention}"] if self.attention in variant_names() else []
+        return [*variant, *self.overrides]
+
 
 def cases(sweep: Sequence[str], bench: Sequence[str], study: Sequence[str],
           mixture: Sequence[str] = ()) -> list[GoldenCase]:
     """The golden cases of the published results: the small-budget sweeps over the attentions
-    `sweep`, the model benchmark over `bench`, the MQAR state-size study over `study` (each
-    with and without the short conv), the MQAR mixture over `mixture`."""
+    `sweep`, the model benchmark over `bench`, the MQAR state-size study over `study` (its
+    variants and hybrid entries, at each short-conv setting of its grid the study trains them
+    at, with their entry's overrides), the MQAR mixture over `mixture` (at each kind of
+    positions of its study block; a layer with its own convolutions without model.short_conv),
+    each as its study's commands train it."""
     sweep_files = ("results.csv", "results.md")
     found = []
     for name in sweep:
         found.append(GoldenCase("", name, ("trainer.max_steps=300",),
-                                (*sweep_files, "scatter_listops_small.png"), LISTOPS_RERUN))
+                                (*sweep_files, "scatter_listops_small.png"), SWEEPS_RERUN))
         found.append(GoldenCase("mqar_cpu", name, (), (*sweep_files, "scatter_mqar.png"),
-                                MQAR_CPU_RERUN))
+                                SWEEPS_RERUN))
     for name in bench:
         found.append(GoldenCase("benchmark_model", name, (),
                                 ("benchmark_model.csv", "benchmark_model.png"), BENCH_RERUN))
     # The step-budget check reruns the study's points with more steps: same preset.
     study_files = (*(f"mqar_state_size{suffix}" for suffix in (".csv", "_runs.csv", ".md", ".png")),
                    *(f"mqar_step_budget{suffix}" for suffix in (".csv", "_runs.csv", ".md")))
+    grid = load_grid(STUDY_PRESET)
     for name in study:
-        for conv in (3, 0):
-            found.append(GoldenCase("mqar_study_cpu", name, (f"model.short_conv={conv}",),
-                                    study_files, STUDY_RERUN))
+        for conv in grid["short_conv"]:
+            if trains_at(name, conv):
+                overrides = (*grid["entries"].get(name, ()), f"model.short_conv={conv}")
+                found.append(GoldenCase(STUDY_PRESET, name, overrides, study_files, STUDY_RERUN))
     mixture_files = tuple(f"mqar_mixture{suffix}" for suffix in (".csv", "_runs.csv", ".md"))
-    found += [GoldenCase("mqar_mixture_cpu", name, (), mixture_files, MIXTURE_RERUN)
-              for name in mixture]
+    own_conv = own_conv_entries(mixture)
+    for positions in load_mixture_grid(MIXTURE_PRESET)["positions"]:
+        found += [GoldenCase(MIXTURE_PRESET, name,
+                             (f"model.positions={positions}", *own_conv.get(name, ())),
+                             mixture_files, MIXTURE_RERUN) for name in mixture]
     return found
 
 
@@ -191,7 +207,7 @@ def _batches(preset: str, overrides: tuple[str, ...]) -> list[dict[str, torch.Te
 
 def run_preset(case: GoldenCase) -> list[float]:
     """The losses of the golden run of a train.py preset (see the module docstring)."""
-    cfg = _compose(case.preset, [f"attention={case.attention}", *case.overrides])
+    cfg = _compose(case.preset, case.train_overrides)
     batches = _batches(case.preset, tuple(o for o in case.overrides if o.startswith("data.")))
     seed_everything(cfg.seed, verbose=False)
     model = build_model(cfg, instantiate(cfg.data))

@@ -152,6 +152,13 @@ def mark_stale(name: str, reason: str, folder: Path = PUBLISHED_DIR) -> dict[str
     return _update(folder, mark)[name]
 
 
+def stale_mark(path: Path) -> dict[str, Any] | None:
+    """The stale mark ({"commit", "reason"}) of the result file `path` in its folder's
+    provenance record; None when the file is current or has no record."""
+    entry = load(path.parent).get(path.name)
+    return entry.get("stale") if entry else None
+
+
 def unrecorded(folder: Path = PUBLISHED_DIR) -> list[str]:
     """Result files in `folder` without a provenance record."""
     records = load(folder)
