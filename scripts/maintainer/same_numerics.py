@@ -2,14 +2,18 @@
 
 A study that spans sessions trains its runs at the commit it started from (its runs CSV names
 it), while the code moves on. This check is what lets those runs stand for the current code:
-for every entry of the study preset (conf/attention/ and the preset's hybrid entries, each at a
-short-conv setting the study trains it at), train.py trains `--steps` steps at --base (a git
-worktree made for the check, removed after) and in this checkout, one thread each, same
-settings and seed; the final weights (last.ckpt's state_dict) are compared bit for bit.
+for every entry of the study preset, train.py trains `--steps` steps at --base (a git worktree
+made for the check, removed after) and in this checkout, one thread each, same settings and
+seed; the final weights (last.ckpt's state_dict) are compared bit for bit. The entries: for a
+state-size preset (mqar_study_cpu) conf/attention/ and the preset's hybrid entries, each at a
+short-conv setting the study trains it at; for a mixture preset (mqar_mixture_cpu) every
+variant at each kind of positions of its study block, as the mixture trains it.
 <out>/<name>.csv has one row per entry: identical (True/False) and the largest absolute weight
 difference, with its provenance record.
 
     python scripts/maintainer/same_numerics.py --base 6231bfb --out docs/results
+    python scripts/maintainer/same_numerics.py --base b74ac1b --preset mqar_mixture_cpu \
+        --name same_numerics_mixture --out docs/results
 """
 
 from __future__ import annotations
@@ -26,11 +30,17 @@ import pandas as pd
 import torch
 
 from linarena.analysis.provenance import command_line
+from linarena.attention.variants import check_variant_names, variant_names
 from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
-from linarena.studies.preset import load_grid
+from linarena.studies.mixture_study import MixturePoint, load_mixture_grid, own_conv_entries
+from linarena.studies.preset import compose_preset, load_grid
 from linarena.studies.state_size import study_names, trains_at
 from linarena.studies.study import TRAIN_PY, StudyPoint, write_report
 from linarena.system import REPO_ROOT, current_commit
+
+# One entry to compare: its CSV row's identifying columns, its train.py command and the folder
+# its run goes to.
+Check = tuple[dict[str, Any], list[str], Path]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -77,10 +87,44 @@ def compare(a: Any, b: Any) -> tuple[bool, float]:
     return a == b, 0.0
 
 
+def state_size_checks(args: argparse.Namespace, folder: Path) -> list[Check]:
+    """Every entry of a state-size preset at the largest short conv the study trains it at,
+    at --width, --lr and --seed, each under `folder`/<entry>."""
+    grid = load_grid(args.preset)
+    checks = []
+    for name in study_names(grid, args.attention):
+        conv = max(c for c in grid["short_conv"] if trains_at(name, c))
+        point = StudyPoint(args.width, conv, args.lr, args.seed)
+        command, = point.commands(args.preset, [name], folder / name, grid["entries"])
+        checks.append(({"attention": name, "short_conv": conv}, command, folder / name))
+    return checks
+
+
+def mixture_checks(args: argparse.Namespace, folder: Path) -> list[Check]:
+    """Every variant of a mixture preset at each kind of positions of its study block, with
+    the mixture's settings (a layer with its own convolutions without model.short_conv), at
+    --width, --lr and --seed, each under `folder`/<positions>_<variant>."""
+    grid = load_mixture_grid(args.preset)
+    names = check_variant_names(args.attention) if args.attention else variant_names()
+    entries = own_conv_entries(names)
+    checks = []
+    for positions in grid["positions"]:
+        point = MixturePoint(positions, args.seed)
+        for name in names:
+            root = folder / f"{positions}_{name}"
+            command, = point.commands(args.preset, [name], root, entries)
+            checks.append(({"attention": name, "positions": positions},
+                           [*command, f"model.d_model={args.width}", f"optim.lr={args.lr}"],
+                           root))
+    return checks
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        grid = load_grid(args.preset)
+        is_mixture = "positions" in (compose_preset(args.preset).get("study") or {})
+        plan = mixture_checks if is_mixture else state_size_checks
+        plan(args, Path("/nonexistent"))  # a bad preset or attention fails before any training
         base = subprocess.run(["git", "rev-parse", args.base], cwd=REPO_ROOT, check=True,
                               capture_output=True, text=True).stdout.strip()
     except (*STUDY_ERRORS, subprocess.CalledProcessError) as error:
@@ -93,21 +137,20 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), base],
                        cwd=REPO_ROOT, check=True, capture_output=True)
         try:
-            for name in study_names(grid, args.attention):
-                conv = max(c for c in grid["short_conv"] if trains_at(name, c))
-                point = StudyPoint(args.width, conv, args.lr, args.seed)
+            trees = {"base": base_tree, "head": REPO_ROOT}
+            plans = {label: plan(args, Path(scratch) / label) for label in trees}
+            for index, (entry, _, _) in enumerate(plans["head"]):
                 weights = {}
-                for tree, label in ((base_tree, "base"), (REPO_ROOT, "head")):
-                    folder = Path(scratch) / label / name
-                    command, = point.commands(args.preset, [name], folder, grid["entries"])
+                for label, tree in trees.items():
+                    _, command, folder = plans[label][index]
                     weights[label] = final_weights(
                         tree, [*command, f"trainer.max_steps={args.steps}"], folder)
                 same, diff = compare(weights["base"], weights["head"])
                 verdict = "identical" if same else f"differs by up to {diff:.3g}"
-                print(f"{name} (short conv {conv}): {verdict}", flush=True)
-                rows.append({"attention": name, "short_conv": conv, "d_model": args.width,
-                             "lr": args.lr, "seed": args.seed, "steps": args.steps,
-                             "base_commit": base, "head_commit": head,
+                print(f"{', '.join(f'{k} {v}' for k, v in entry.items())}: {verdict}",
+                      flush=True)
+                rows.append({**entry, "d_model": args.width, "lr": args.lr, "seed": args.seed,
+                             "steps": args.steps, "base_commit": base, "head_commit": head,
                              "identical": same, "max_abs_diff": diff})
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)],

@@ -33,3 +33,29 @@ def test_the_checkout_trains_the_same_bits_as_its_own_head(tmp_path: Path) -> No
                         "--out", str(tmp_path)]) == 0
     table = pd.read_csv(tmp_path / "same_numerics.csv")
     assert table["identical"].all() and "elu" in set(table["attention"])
+
+
+def test_a_mixture_preset_is_checked_as_the_mixture_trains_it(tmp_path: Path) -> None:
+    """Each variant at each kind of positions of the preset's study block (a layer with its own
+    convolutions without the preset's), each run in its own folder."""
+    args = SCRIPT.parse_args(["--base", "HEAD", "--preset", "mqar_mixture_cpu",
+                              "--attention", "elu", "deltanet_layer"])
+    checks = SCRIPT.mixture_checks(args, tmp_path)
+    assert [entry for entry, _, _ in checks] == [
+        {"attention": name, "positions": positions}
+        for positions in ("none", "rope") for name in ("elu", "deltanet_layer")]
+    assert len({folder for _, _, folder in checks}) == 4
+    for entry, command, _ in checks:
+        assert "experiment=mqar_mixture_cpu" in command
+        assert f"attention={entry['attention']}" in command
+        assert f"model.positions={entry['positions']}" in command
+        assert {"model.d_model=16", "optim.lr=0.01", "seed=2"} <= set(command)
+        assert ("model.short_conv=0" in command) == (entry["attention"] == "deltanet_layer")
+
+
+@pytest.mark.slow
+def test_the_mixture_check_trains_the_same_bits_as_its_own_head(tmp_path: Path) -> None:
+    assert SCRIPT.main(["--base", "HEAD", "--preset", "mqar_mixture_cpu", "--attention", "elu",
+                        "--steps", "2", "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "same_numerics.csv")
+    assert table["identical"].all() and set(table["positions"]) == {"none", "rope"}
