@@ -4,9 +4,10 @@ For each study point table found in --folder (mqar_state_size.csv; mqar_mixture.
 marked stale in its provenance record, tests every pair of points that differ in one coordinate
 (linarena.studies.point_pairs): the state-size study's attention, d_model or short conv, the
 mixture's attention, kind of positions or test setting, the others held equal. Writes <out>/<table>_pairs.csv, one row per pair (the seeds at
-90% of each, their 95% Wilson intervals, Fisher's exact p and Holm's within the family), with
-its provenance record: what the README's readings of the studies may call a difference. The
-small-budget sweeps have theirs in pairwise_tests.py.
+90% of each, their 95% Wilson intervals, Fisher's exact p and Holm's within the family; for the
+mixture also the exact permutation test of the mean accuracy, from its runs CSV beside it),
+with its provenance record: what the README's readings of the studies may call a difference.
+The small-budget sweeps have theirs in pairwise_tests.py.
 
     python scripts/maintainer/study_pairs.py --out docs/results
 """
@@ -29,6 +30,10 @@ from linarena.studies.study import write_report
 # point table -> its coordinates (the mixture's test setting: "L<length> P<pairs>").
 STUDIES = {"mqar_state_size": ("attention", "d_model", "short_conv"),
            "mqar_mixture": ("attention", "positions", "setting")}
+# The tables whose pairs also get the accuracy test: their runs CSV has a row per seed and point
+# (the state-size study's accuracies sit at a plateau or at recall, so its rate says it all).
+ACCURACY_TESTED = ("mqar_mixture",)
+RUN_COLUMNS = ("attention", "positions", "length", "pairs", "acc")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,6 +54,15 @@ def read_points(path: Path) -> pd.DataFrame:
     return points
 
 
+def read_accuracies(path: Path) -> dict[tuple, list[float]]:
+    """The mixture's seeds' test accuracies per (attention, positions, setting), from its runs
+    CSV (mqar_mixture.py's <name>_runs.csv)."""
+    runs = read_csv_checked(path, RUN_COLUMNS, numeric_columns=("length", "pairs", "acc"))
+    return {(attention, positions, f"L{length} P{pairs}"): list(group["acc"])
+            for (attention, positions, length, pairs), group
+            in runs.groupby(["attention", "positions", "length", "pairs"])}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out or args.folder
@@ -64,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     tables = {}
     try:
         for name in found:
+            runs = args.folder / f"{name}_runs.csv"
+            if name in ACCURACY_TESTED and not runs.is_file():
+                raise FileNotFoundError(f"{runs}: the per-seed runs of {name}.csv are not there "
+                                        f"(written beside it by its study's script)")
+            accuracies = read_accuracies(runs) if name in ACCURACY_TESTED else None
             tables[name] = one_coordinate_pairs(read_points(args.folder / f"{name}.csv"),
-                                                STUDIES[name])
+                                                STUDIES[name], accuracies)
     except STUDY_ERRORS as error:
         return fail("study_pairs.py", error)
     command = command_line(__file__, argv)

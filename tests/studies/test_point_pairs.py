@@ -17,7 +17,8 @@ from linarena.studies.statistics import wilson_interval
 def point(attention: str, d_model: int, conv: int, k: int, n: int) -> dict:
     low, high = wilson_interval(k, n)
     return {"attention": attention, "d_model": d_model, "short_conv": conv, "n_seeds": n,
-            "successes": k, "success_ci_low": low, "success_ci_high": high}
+            "successes": k, "success_ci_low": low, "success_ci_high": high,
+            "median_acc": 0.95 if 2 * k > n else 0.5}
 
 
 POINTS = pd.DataFrame([point("elu", 16, 3, 0, 5), point("gla", 16, 3, 5, 5),
@@ -53,6 +54,20 @@ def test_fisher_p_the_intervals_and_holm_within_the_family() -> None:
     assert pairs.loc[("16", "32"), "p_holm"] == pairs.loc[("16", "32"), "fisher_p"]
 
 
+def test_accuracies_that_fall_by_degrees_are_compared_where_no_seed_reaches_90() -> None:
+    """Beyond the training length nothing reaches 90%, so Fisher cannot tell 0/5 at 80% from
+    0/5 at 10%; the permutation test of the mean accuracy can: 5 seeds entirely above 5 others
+    is 2 of C(10, 5) splits as extreme. A diverged seed (NaN) is left out of it."""
+    points = pd.DataFrame([point("elu", 16, 3, 0, 5), point("elu", 32, 3, 0, 5)])
+    accuracies = {("elu", 16, 3): [0.81, 0.84, 0.85, 0.80, 0.83],
+                  ("elu", 32, 3): [0.10, 0.08, 0.12, 0.09, float("nan"), 0.11]}
+    row, = one_coordinate_pairs(points, COORDINATES, accuracies).itertuples()
+    assert row.fisher_p == 1.0 and not row.separated
+    assert row.acc_p == pytest.approx(2 / 252, rel=1e-12)  # 5 against the 5 with an accuracy
+    assert (row.median_acc_a, row.median_acc_b) == (0.5, 0.5)  # the point tables' medians
+    assert one_coordinate_pairs(points, COORDINATES)["acc_p"].isna().all()  # none given
+
+
 def test_a_table_that_is_not_a_point_table_is_refused_with_the_column_it_lacks() -> None:
     with pytest.raises(ValueError, match="no column 'successes'"):
         one_coordinate_pairs(POINTS.drop(columns="successes"), COORDINATES)
@@ -69,12 +84,19 @@ def test_the_script_writes_a_pair_table_per_study_with_its_provenance(tmp_path: 
     mixture.drop(columns=["d_model", "short_conv"]).to_csv(folder / "mqar_mixture.csv",
                                                            index=False)
     script = load_script("scripts/maintainer/study_pairs.py")
+    assert script.main(["--folder", str(folder)]) == 2  # the mixture's runs CSV is needed
+    pd.DataFrame({"attention": "softmax", "positions": ["none"] * 5 + ["rope"] * 5,
+                  "length": 256, "pairs": 64, "seed": [*range(1, 6)] * 2,
+                  "acc": [0.97] * 5 + [0.40, 0.45, 0.50, 0.55, 0.60]}).to_csv(
+        folder / "mqar_mixture_runs.csv", index=False)
+    script = load_script("scripts/maintainer/study_pairs.py")
     assert script.main(["--folder", str(folder)]) == 0
     assert len(pd.read_csv(folder / "mqar_state_size_pairs.csv")) == 5
     row = pd.read_csv(folder / "mqar_mixture_pairs.csv").iloc[0]
     assert (row["varied"], row["fixed"], row["a"], row["b"]) == (
         "positions", "attention=softmax, setting=L256 P64", "none", "rope")
     assert row["fisher_p"] == pytest.approx(2 / 252)
+    assert row["acc_p"] == pytest.approx(2 / 252)
     records = load(folder)
     assert {"mqar_state_size_pairs.csv", "mqar_mixture_pairs.csv"} <= set(records)
 
