@@ -67,6 +67,8 @@ if [[ "$WHAT" == all || "$WHAT" == mixture ]]; then
     echo "== MQAR on a mixture of (length, pairs), tested up to 4x the training length: every"
     echo "   attention with positions none and rope, 5 seeds, 10 where they split (resumable)"
     python scripts/mqar_mixture.py --preset mqar_mixture_cpu --jobs 2 --out "$OUT"
+    echo "   the share of each test setting's queries a window of 64 tokens reaches"
+    python scripts/maintainer/mqar_window_reach.py --out "$OUT"
 fi
 
 echo "== the README's predictions against the state-size and mixture tables"

@@ -73,6 +73,17 @@ def generate_mqar(
     return tokens, labels
 
 
+def value_distances(tokens: np.ndarray, labels: np.ndarray, num_pairs: int) -> np.ndarray:
+    """(n, num_pairs): for each query of generate_mqar's sequences, in position order, how many
+    tokens back its answer's value sits (query position - value position): what a window must
+    reach to recall it."""
+    queries = np.nonzero(labels != IGNORE_INDEX)[1].reshape(len(tokens), num_pairs)
+    keys = tokens[:, 0 : 2 * num_pairs : 2]
+    queried = np.take_along_axis(tokens, queries, axis=1)
+    pair = np.argmax(queried[:, :, None] == keys[:, None, :], axis=2)  # keys are distinct
+    return queries - (2 * pair + 1)
+
+
 def check_mqar_settings(vocab_size: int, seq_len: int, num_pairs: int) -> None:
     """Raise DataConfigError naming the config key when the settings cannot produce a sequence."""
     if num_pairs < 1:
