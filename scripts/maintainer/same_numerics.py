@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attention", nargs="+", default=None,
                         help="only these variants (default: every file of conf/attention/)")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run")
-    parser.add_argument("--width", type=int, default=16, help="model.d_model of the runs")
+    parser.add_argument("--width", type=int, default=None,
+                        help="model.d_model of the runs (default: 16 for a state-size preset, "
+                             "a mixture preset's own, so that every code path it trains runs)")
     parser.add_argument("--lr", type=float, default=1e-2, help="optim.lr of the runs")
     parser.add_argument("--seed", type=int, default=2, help="seed of the runs")
     add_output_arguments(parser, "same_numerics", REPO_ROOT / "outputs" / "same_numerics",
@@ -94,17 +96,20 @@ def state_size_checks(args: argparse.Namespace, folder: Path) -> list[Check]:
     checks = []
     for name in study_names(grid, args.attention):
         conv = max(c for c in grid["short_conv"] if trains_at(name, c))
-        point = StudyPoint(args.width, conv, args.lr, args.seed)
+        point = StudyPoint(args.width or 16, conv, args.lr, args.seed)
         command, = point.commands(args.preset, [name], folder / name, grid["entries"])
-        checks.append(({"attention": name, "short_conv": conv}, command, folder / name))
+        checks.append(({"attention": name, "short_conv": conv, "d_model": args.width or 16},
+                       command, folder / name))
     return checks
 
 
 def mixture_checks(args: argparse.Namespace, folder: Path) -> list[Check]:
     """Every variant of a mixture preset at each kind of positions of its study block, with
     the mixture's settings (a layer with its own convolutions without model.short_conv), at
-    --width, --lr and --seed, each under `folder`/<positions>_<variant>."""
+    --lr and --seed, and the preset's width unless --width is given (Taylor reads fewer
+    components than a head has only at its width), each under `folder`/<positions>_<variant>."""
     grid = load_mixture_grid(args.preset)
+    width = args.width or int(compose_preset(args.preset).model.d_model)
     names = check_variant_names(args.attention) if args.attention else variant_names()
     entries = own_conv_entries(names)
     checks = []
@@ -113,9 +118,8 @@ def mixture_checks(args: argparse.Namespace, folder: Path) -> list[Check]:
         for name in names:
             root = folder / f"{positions}_{name}"
             command, = point.commands(args.preset, [name], root, entries)
-            checks.append(({"attention": name, "positions": positions},
-                           [*command, f"model.d_model={args.width}", f"optim.lr={args.lr}"],
-                           root))
+            checks.append(({"attention": name, "positions": positions, "d_model": width},
+                           [*command, f"model.d_model={width}", f"optim.lr={args.lr}"], root))
     return checks
 
 
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = "identical" if same else f"differs by up to {diff:.3g}"
                 print(f"{', '.join(f'{k} {v}' for k, v in entry.items())}: {verdict}",
                       flush=True)
-                rows.append({**entry, "d_model": args.width, "lr": args.lr, "seed": args.seed,
+                rows.append({**entry, "lr": args.lr, "seed": args.seed,
                              "steps": args.steps, "base_commit": base, "head_commit": head,
                              "identical": same, "max_abs_diff": diff})
         finally:

@@ -42,14 +42,14 @@ def test_a_mixture_preset_is_checked_as_the_mixture_trains_it(tmp_path: Path) ->
                               "--attention", "elu", "deltanet_layer"])
     checks = SCRIPT.mixture_checks(args, tmp_path)
     assert [entry for entry, _, _ in checks] == [
-        {"attention": name, "positions": positions}
+        {"attention": name, "positions": positions, "d_model": 64}  # the preset's width
         for positions in ("none", "rope") for name in ("elu", "deltanet_layer")]
     assert len({folder for _, _, folder in checks}) == 4
     for entry, command, _ in checks:
         assert "experiment=mqar_mixture_cpu" in command
         assert f"attention={entry['attention']}" in command
         assert f"model.positions={entry['positions']}" in command
-        assert {"model.d_model=16", "optim.lr=0.01", "seed=2"} <= set(command)
+        assert {"model.d_model=64", "optim.lr=0.01", "seed=2"} <= set(command)
         assert ("model.short_conv=0" in command) == (entry["attention"] == "deltanet_layer")
 
 
