@@ -14,29 +14,35 @@ with the success rate's 95% Wilson interval, median best step, median gain) and 
 With --tail N instead of --max-steps, each of the study's runs is continued from its last
 checkpoint (in --study-root, the study's run folders) for N more steps at a constant lr,
 --tail-lr times the study's (studies.step_budget.TailPoint): the study's run continued, not a
-new schedule (issue #26 item 6).
+new schedule (issue #26 item 6). Where a study run's checkpoint is gone (a study resumed from its
+runs CSV in another session), --retrain-study trains that run again first and stops unless it
+gives its row of --study exactly.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 from linarena.analysis.provenance import command_line, training_note
 from linarena.attention.variants import check_variant_names, variant_names
 from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
-from linarena.studies.runs import load_archive, study_runs
+from linarena.studies.runs import load_archive, load_study, study_runs
 from linarena.studies.step_budget import (
     caption,
     chosen_points,
     compare,
     comparison_table,
     plan_tail,
+    unreproduced,
 )
 from linarena.studies.step_budget import plan as plan_tasks
-from linarena.studies.study import pending, run_tasks, write_report
+from linarena.studies.study import Task, pending, run_tasks, write_report
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,6 +64,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--study-root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_study_cpu",
                         help="the study's run folders, whose last.ckpt the tails start from")
+    parser.add_argument("--retrain-study", action="store_true",
+                        help="with --tail: train again, into --study-root, the study runs whose "
+                             "last.ckpt is missing there (a study resumed from its runs CSV), "
+                             "and stop unless each gives its row of --study exactly")
     parser.add_argument("--root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_step_budget",
                         help="folder of the run folders (default outputs/studies/mqar_step_budget)")
@@ -67,6 +77,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "as finished and go into the report")
     add_output_arguments(parser, "mqar_step_budget", None, "--root")
     return parser.parse_args(argv)
+
+
+def retrain_study(study: pd.DataFrame, tasks: list[Task], args: argparse.Namespace,
+                  entries: dict[str, list[str]]) -> None:
+    """Train the study runs of `tasks` without a last.ckpt in --study-root again there (the
+    study's own commands), then check that each gives its row of `study` exactly."""
+    missing = [(point, [name for name in names if not (
+        args.study_root / point.folder_name / name / "checkpoints" / "last.ckpt").is_file()])
+        for point, names in tasks]
+    missing = [(point, names) for point, names in missing if names]
+    for point, names in missing:  # a run folder without its checkpoint is trained from scratch
+        for name in names:
+            shutil.rmtree(args.study_root / point.folder_name / name, ignore_errors=True)
+    print(f"retraining {sum(len(n) for _, n in missing)} study runs for their checkpoints",
+          flush=True)
+    counts: dict[str, int] = {}
+    run_tasks(missing, args.preset, args.study_root, args.jobs, args.threads, [], counts,
+              entries=entries)
+    runs = {f"{point.folder_name}/{name}" for point, names in missing for name in names}
+    retrained = load_study([args.study_root])
+    differ = unreproduced(study, retrained[retrained["run"].isin(runs)])
+    if len(differ):
+        row = differ.iloc[0]
+        raise ValueError(
+            f"study run {row['run']} trained again gives test accuracy "
+            f"{row['test_acc_retrained']} (best step {row['best_step_retrained']}), its row in "
+            f"{args.study} {row['test_acc']} (best step {row['best_step']}); {len(differ)} runs "
+            "differ: this machine or code does not reproduce the study, so its tails would not "
+            "continue the published runs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,10 +126,14 @@ def main(argv: list[str] | None = None) -> int:
             absent = [point.study_root / point.folder_name / name / "checkpoints" / "last.ckpt"
                       for point, names_at in tasks for name in names_at]
             absent = [path for path in absent if not path.is_file()]
+            if absent and args.retrain_study and not args.report_only:
+                retrain_study(study, plan_tasks(points, study), args, grid["entries"])
+                absent = []
             if absent and not args.report_only:
                 raise FileNotFoundError(
                     f"{absent[0]} (and {len(absent) - 1} more) not found: a tail continues the "
-                    "study's own runs; point --study-root at the study's run folders")
+                    "study's own runs; point --study-root at the study's run folders, or add "
+                    "--retrain-study to train them again there")
         else:
             tasks = plan_tasks(points, study)
         archived = (None if args.resume_from is None else

@@ -102,7 +102,7 @@ done
 run_stage compare 30 10 \
     "$PYTHON" scripts/compare.py --runs "$WORK/train" --out "$WORK/compare" --published
 
-run_stage fla_backend 60 20 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/attention/test_ops_fla.py \
+run_stage fla_backend 60 20 "$PYTHON" -m pytest -q -rs -n 0 -p no:cacheprovider tests/attention/test_ops_fla.py \
     tests/attention/test_attention_backend.py
 
 run_stage benchmark_attention_causal 40 20 \

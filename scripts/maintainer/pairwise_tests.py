@@ -21,6 +21,7 @@ import pandas as pd
 
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line
 from linarena.analysis.result_files import read_csv_checked
+from linarena.metrics import TEST_ACC
 from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
 from linarena.studies.statistics import (
     ALPHA,
@@ -58,7 +59,7 @@ def pairs_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every pair of attentions per sweep and task, Holm-adjusted within each."""
     rows = []
     for (sweep, task), group in runs.groupby(["sweep", "task"], sort=False):
-        accuracies = {name: seeds["test_acc_pct"] for name, seeds in
+        accuracies = {name: seeds["test_acc_pct"] / TEST_ACC.scale for name, seeds in
                       group.groupby("attention", sort=False)}
         found = [{"sweep": sweep, "task": task, "a": a, "b": b, "n_a": len(accuracies[a]),
                   "n_b": len(accuracies[b]),

@@ -52,9 +52,11 @@ if [[ "$WHAT" == all || "$WHAT" == study ]]; then
     echo "== MQAR recall against state size: lr on seeds 1-2, 5 seeds, 10 where split (resumable)"
     python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --out "$OUT"
     echo "== was 2,000 steps enough? the d_model 16 runs with the conv continued 2,000 more"
-    echo "   steps at a constant 0.1 x their lr, from their own last checkpoints"
+    echo "   steps at a constant 0.1 x their lr, from their own last checkpoints (trained again"
+    echo "   where they are gone, and checked to give their published rows exactly)"
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
-        --tail 2000 --tail-lr 0.1 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" --out "$OUT"
+        --tail 2000 --tail-lr 0.1 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" \
+        --retrain-study --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == crosskernel ]]; then

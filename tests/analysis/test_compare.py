@@ -129,7 +129,7 @@ def test_every_run_is_a_row_and_every_row_a_rate_with_its_interval(
     assert "results_runs.csv" in json.loads((out / "provenance.json").read_text())
     row = runs.set_index("source").loc[str(first)]
     assert (row["commit"], row["cpu"], row["cpu_kernels"]) == ("c0ffee", "Test CPU", "AVX2")
-    assert row["test_acc_pct"] == data["metrics"]["test/acc"]  # as stored: a fraction
+    assert row["test_acc_pct"] == pytest.approx(100 * data["metrics"]["test/acc"])  # as named
     text = pd.read_csv(out / "results.csv").set_index(["task", "attention"]).loc[
         ("text", "softmax")]
     assert (text["n_seeds"], text["successes"]) == (3, 0)  # 60-64% < 90%

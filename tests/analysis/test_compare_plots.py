@@ -3,15 +3,22 @@ sizes, the sweeps of one folder in one plot."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from PIL import Image
 
 from linarena.analysis.compare import write_plots
-from linarena.analysis.plots import attention_color, plot_accuracy_vs_throughput
+from linarena.analysis.plots import (
+    attention_color,
+    attention_colors,
+    plot_accuracy_vs_throughput,
+)
+from linarena.attention.variants import variant_names
 
 
 def test_error_bars_stop_at_zero_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,3 +65,19 @@ def test_plots_keep_colours_and_a_readable_size(tmp_path: Path) -> None:
     for path in tmp_path.glob("*.png"):
         with Image.open(path) as image:
             assert image.width < 1200 and image.height < 900, (path.name, image.size)
+
+
+def test_a_hybrid_stacks_colour_reads_apart_from_every_variants() -> None:
+    """The state-size figure draws the hybrids beside all the variants: each hybrid's colour
+    must be far (RGB distance > 100 of 441) from every variant's and the other hybrids'."""
+    variants = variant_names()
+    hybrids = ["gated_deltanet+softmax", "gated_deltanet+swa", "gla+swa", "mamba2+softmax"]
+    colors = attention_colors([*variants, *hybrids])
+
+    def distance(a: str, b: str) -> float:
+        return 255 * math.dist(to_rgb(colors[a]), to_rgb(colors[b]))
+
+    for hybrid in hybrids:
+        nearest = min((name for name in [*variants, *hybrids] if name != hybrid),
+                      key=lambda name, h=hybrid: distance(h, name))
+        assert distance(hybrid, nearest) > 100, (hybrid, nearest)

@@ -140,3 +140,49 @@ def test_the_tail_report_pairs_each_tail_with_its_study_run(study, tmp_path, cap
     text = (out / "mqar_step_budget.md").read_text()
     assert "continued from their last checkpoint" in text and "0.1 x the lr" in text
     assert "| +500 steps (tail) |" in text and "best step (study → tail)" in text
+
+
+@pytest.mark.parametrize("reproduced", [True, False])
+def test_a_tail_whose_checkpoint_is_gone_retrains_the_study_run_and_checks_it(
+        study, tmp_path, monkeypatch, capsys, reproduced):
+    """A study resumed from its runs CSV has no checkpoints: --retrain-study trains its runs
+    again for them, and stops unless each gives its published row exactly (same machine and
+    kernel path: bit-identical), since a tail must continue the published run."""
+    csv = tmp_path / "study_runs.csv"
+    study.to_csv(csv, index=False)
+    published = study.set_index("run")["test_acc"]
+    study_root, root = tmp_path / "study", tmp_path / "tails"
+    trained = []
+    script = load_script("scripts/mqar_step_budget.py")
+
+    def fake_training(tasks, preset, where, *args, **kwargs) -> None:
+        for point, names in tasks:
+            for name in names:
+                trained.append((where, point.folder_name, name))
+                if where == study_root:  # the study's run again
+                    test = published[f"{point.folder_name}/{name}"]
+                    if not reproduced and point.seed == 2:
+                        test = test + 0.01
+                    folder = fake_run(study_root, name, point.d_model, point.short_conv,
+                                      point.lr, val=test, test=test, seed=point.seed)
+                    (folder / "checkpoints" / "last.ckpt").touch()
+                else:
+                    fake_run(root, name, 16, 3, point.point.lr * 0.1, val=0.9, test=0.9,
+                             seed=point.point.seed, overrides=["optim.schedule=constant",
+                                                               "trainer.max_steps=500"])
+
+    monkeypatch.setattr(script, "run_tasks", fake_training)
+    args = ["--study", str(csv), "--widths", "16", "--short-conv", "3", "--attention", "elu",
+            "--tail", "500", "--root", str(root), "--study-root", str(study_root),
+            "--out", str(tmp_path / "out")]
+    assert script.main(args) == 2  # without --retrain-study: what is missing, and the fix
+    assert "last.ckpt (and 2 more) not found" in capsys.readouterr().err
+    code = script.main([*args, "--retrain-study"])
+    retrained = sorted(folder for where, folder, _ in trained if where == study_root)
+    assert retrained == [f"d16_conv3_lr1.00e-02_seed{seed}" for seed in (1, 2, 3)]
+    if reproduced:
+        assert code == 0 and len(trained) == 6  # then the three tails
+    else:
+        assert code == 2 and len(trained) == 3  # no tail from a run that is not the published one
+        assert ("study run d16_conv3_lr1.00e-02_seed2/elu trained again gives test accuracy "
+                "0.41" in capsys.readouterr().err)

@@ -12,7 +12,9 @@ import yaml
 from helpers.paths import load_script
 from helpers.training import compose_config
 
+from linarena.analysis.runs import RunRecord
 from linarena.studies import seed_sweep
+from linarena.studies.preset import sweep_protocol
 from linarena.studies.seed_sweep import SweepPoint, run_sweep, split_attentions
 from linarena.training.summary import sweep_label
 
@@ -98,3 +100,53 @@ def test_an_override_after_attention_is_refused_with_the_fix(
     with pytest.raises(SystemExit):
         script.main(["--root", "unused", "--attention", "elu", "trainer.max_steps=20"])
     assert "put the overrides before --attention (or after --)" in capsys.readouterr().err
+
+
+def archived(seed: int, attention: str, acc: float | None, task: str = "mqar",
+             max_steps: int = 1500, sweep: str = "mqar") -> RunRecord:
+    """A row of a runs CSV compare.py wrote of a sweep in <...>/<sweep>/ (runs_archive)."""
+    return RunRecord(task=task, attention=attention, seed=seed, metrics={"test/acc": acc},
+                     source=f"elsewhere/{sweep}/seed{seed}/{attention}/summary.json",
+                     max_steps=max_steps)
+
+
+def test_a_sweep_resumed_from_its_runs_csv_trains_only_what_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another session's runs, read back from the runs CSV, count as finished: their accuracies
+    decide which attentions split, and only the rest is trained."""
+    root = tmp_path / "mqar"
+    trained: list[tuple[int, list[str]]] = []
+
+    def fake_training(tasks, *args, **kwargs) -> None:
+        for point, names in tasks:
+            trained.append((point.seed, names))
+            for name in names:
+                finished(root, point.seed, name, 0.99 if name == "softmax" else 0.12)
+
+    monkeypatch.setattr(seed_sweep, "run_tasks", fake_training)
+    rows = [archived(1, "softmax", 0.99), archived(2, "softmax", 0.99),
+            archived(1, "elu", 0.95), archived(2, "elu", None),  # diverged: finished, no recall
+            archived(1, "taylor", 0.12, sweep="listops")]  # another sweep's folder: not this one
+    runs = seed_sweep.archived_runs(rows, root, "mqar", 1500)
+    assert runs == {(1, "softmax"): 0.99, (2, "softmax"): 0.99, (1, "elu"): 0.95,
+                    (2, "elu"): None}
+    finished(root, 3, "elu", 0.12)
+    run_sweep("mqar_cpu", root, ["softmax", "elu", "taylor"], seeds=[1, 2, 3], more_seeds=[4],
+              archived=runs)
+    assert trained == [(1, ["taylor"]), (2, ["taylor"]), (3, ["softmax", "taylor"]),
+                       (4, ["elu"])]  # elu: 0.95 archived against 0.12 trained here, split
+
+
+def test_an_archived_run_of_another_protocol_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"has task mqar, max_steps 300, but the sweep in .* "
+                                         r"trains task mqar, max_steps 1500"):
+        seed_sweep.archived_runs([archived(1, "elu", 0.9, max_steps=300)], Path("x/mqar"),
+                                 "mqar", 1500)
+
+
+def test_an_archived_run_must_have_the_task_and_budget_a_run_of_the_sweep_records() -> None:
+    """summary.json's task is the data choice: what archived_runs compares rows with."""
+    assert sweep_protocol(None, ["trainer.max_steps=300", "tags=[readme]"]) == (
+        "listops_small", 300)
+    assert sweep_protocol("mqar_cpu", ["trainer.max_steps=20"]) == ("mqar", 20)

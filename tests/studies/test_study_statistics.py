@@ -92,11 +92,11 @@ def test_holm_adjusts_in_step_down_order_and_keeps_the_input_order() -> None:
 def test_pairwise_tests_use_rates_for_recall_and_means_otherwise(tmp_path) -> None:
     runs = pd.DataFrame(
         [{"sweep": "s", "task": "mqar", "attention": a, "seed": s, "test_acc_pct": acc}
-         for a, accs in (("softmax", [0.99] * 5), ("elu", [0.12] * 4 + [None]))
+         for a, accs in (("softmax", [99.0] * 5), ("elu", [12.0] * 4 + [None]))
          for s, acc in enumerate(accs, 1)]
         + [{"sweep": "s", "task": "listops_small", "attention": a, "seed": s,
             "test_acc_pct": acc}
-           for a, accs in (("softmax", [0.40, 0.41, 0.39]), ("elu", [0.38, 0.40, 0.39]))
+           for a, accs in (("softmax", [40.0, 41.0, 39.0]), ("elu", [38.0, 40.0, 39.0]))
            for s, acc in enumerate(accs, 1)])
     runs.to_csv(tmp_path / "results_runs.csv", index=False)
     script = load_script("scripts/maintainer/pairwise_tests.py")
@@ -107,3 +107,4 @@ def test_pairwise_tests_use_rates_for_recall_and_means_otherwise(tmp_path) -> No
     assert (mqar["test"], mqar["n_b"], mqar["value_b"]) == ("fisher", 5, 0.0)  # failed: in n
     assert mqar["p"] == pytest.approx(fisher_exact(5, 5, 0, 5)) and bool(mqar["separated"])
     assert listops["test"] == "permutation" and not bool(listops["separated"])
+    assert (listops["value_a"], listops["value_b"]) == pytest.approx((0.40, 0.39))  # fractions

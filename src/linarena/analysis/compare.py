@@ -9,11 +9,13 @@ multirun folder (accuracy against tokens/s, marker area ~ peak memory).
 A sweep is what a run was compared with when it was started: its multirun folder (or "runs" for
 single runs), plus the overrides other than attention and seed. Runs of different sweeps are
 never averaged together; ``--sweep`` picks some. Debug runs (debug=smoke/fdr/overfit) are left
-out unless ``--debug``.
+out unless ``--debug``. A sweep that spans sessions or machines is compared with the runs CSV
+it wrote before (``--resume-from``, linarena.analysis.runs_archive).
 
     python scripts/compare.py --runs outputs/
     python scripts/compare.py --runs outputs/ --sweep multiruns/2025-01-01_10-00-00 --published
     python scripts/compare.py --wandb my-team/linarena --filter task=text --filter tags=final
+    python scripts/compare.py --runs outputs/sweeps --resume-from docs/results/results_runs.csv
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from linarena.analysis.runs import (
     parse_filters,
     select_sweeps,
 )
+from linarena.analysis.runs_archive import load_runs_csv, with_archive
 from linarena.analysis.table import aggregate_runs, runs_table, to_markdown
 from linarena.files import write_atomic
 
@@ -56,6 +59,11 @@ def parse_args(argv: list[str] | None, default_out: Path) -> argparse.Namespace:
     parser.add_argument("--sweep", action="append", default=[], metavar="LABEL",
                         help="keep the runs of this sweep (a label as listed, or its start, e.g. "
                              "multiruns/2025-01-01_10-00-00); repeatable; default: every sweep")
+    parser.add_argument("--resume-from", type=Path, default=None, metavar="CSV",
+                        help="a runs CSV this script wrote before (results_runs.csv): its runs "
+                             "count beside the summary.json files found, which win over their "
+                             "rows (a sweep that spans sessions or machines); --filter does not "
+                             "apply to its rows, --sweep does")
     parser.add_argument("--debug", action="store_true",
                         help="include debug runs (debug=smoke, fdr, overfit)")
     parser.add_argument("--published", action="store_true",
@@ -132,9 +140,19 @@ def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compar
     try:
         filters = parse_filters(args.filter)
         if args.runs:
-            records = load_local_runs(args.runs, filters, include_debug=args.debug)
+            # Every run of a resumed sweep may be archived, none trained in this session yet.
+            archived_only = args.resume_from is not None and not any(
+                folder.is_dir() and any(folder.rglob("summary.json")) for folder in args.runs)
+            records = [] if archived_only else load_local_runs(args.runs, filters,
+                                                               include_debug=args.debug)
         else:
             records = load_wandb_runs(args.wandb, filters, include_debug=args.debug)
+        if args.resume_from is not None:
+            if filters:
+                raise ValueError("--filter reads summary.json keys, which the rows of "
+                                 f"--resume-from {args.resume_from} do not have: pick runs with "
+                                 "--sweep instead")
+            records = with_archive(records, load_runs_csv(args.resume_from))
         if not records:
             debug = "" if args.debug else " (debug runs are left out; --debug includes them)"
             raise ValueError(f"no finished run matches the filters {filters}{debug}")

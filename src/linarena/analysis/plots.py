@@ -40,12 +40,18 @@ def attention_color(name: str) -> str:
     return to_hex(colormaps["tab20"](2 * (index % 10) + (index // 10) % 2))
 
 
+# Colours of the names that are not variants (hybrid stacks), in their sorted order: far from
+# tab20's, which go to the variants (Dark2's, used before, sat beside some of them: its teal by
+# the Based layer's green, its orange by the sliding window's).
+OTHER_COLORS = ("#000000", "#00008b", "#ff00ff", "#00ff00")
+
+
 def attention_colors(names: list[str]) -> dict[str, str]:
-    """attention_color of each variant; any other name (a hybrid stack's) takes Dark2's colours
+    """attention_color of each variant; any other name (a hybrid stack's) takes OTHER_COLORS
     in the names' sorted order, so no two of them share one with each other or a variant."""
     order = attention_order()
     others = sorted(name for name in set(names) if name not in order)
-    extra = {name: to_hex(colormaps["Dark2"](rank % 8)) for rank, name in enumerate(others)}
+    extra = {name: OTHER_COLORS[rank % len(OTHER_COLORS)] for rank, name in enumerate(others)}
     return {name: extra.get(name) or attention_color(name) for name in names}
 
 

@@ -27,19 +27,31 @@ def study_presets(conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(path.stem for path in (conf_dir / "experiment").glob("mqar_study_*.yaml"))
 
 
-def compose_preset(preset: str, overrides: Sequence[str] = (),
-                   conf_dir: Path = CONF_DIR) -> DictConfig:
-    """The config of `experiment=<preset>` with `overrides`; an unknown preset, or an override
-    Hydra cannot apply, is a ConfigError of one line (the study presets, Hydra's reason)."""
-    if not (conf_dir / "experiment" / f"{preset}.yaml").is_file():
+def compose_preset(preset: str | None, overrides: Sequence[str] = (),
+                   conf_dir: Path = CONF_DIR, hydra_config: bool = False) -> DictConfig:
+    """The config of `experiment=<preset>` (None: the default config) with `overrides`, with
+    its `hydra` node if `hydra_config`; an unknown preset, or an override Hydra cannot apply,
+    is a ConfigError of one line (the study presets, Hydra's reason)."""
+    if preset is not None and not (conf_dir / "experiment" / f"{preset}.yaml").is_file():
         raise ConfigError(f"--preset {preset}: no such preset (no {conf_dir}/experiment/"
                           f"{preset}.yaml); the study presets: {', '.join(study_presets(conf_dir))}")
+    chosen = [] if preset is None else [f"experiment={preset}"]
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            return compose(config_name="config", overrides=[f"experiment={preset}", *overrides])
+            return compose(config_name="config", overrides=[*chosen, *overrides],
+                           return_hydra_config=hydra_config)
     except HydraException as error:
         reason = " ".join(str(error).split())
-        raise ConfigError(f"experiment={preset} {' '.join(overrides)}: {reason}") from error
+        raise ConfigError(f"{' '.join([*chosen, *overrides])}: {reason}") from error
+
+
+def sweep_protocol(preset: str | None, overrides: Sequence[str] = (),
+                   conf_dir: Path = CONF_DIR) -> tuple[str, int]:
+    """The task (the data choice, summary.json's "task") and trainer.max_steps of a run under
+    experiment=<preset> (None: the default config) with `overrides`: what an archived run of a
+    seed sweep must match (seed_sweep.archived_runs)."""
+    cfg = compose_preset(preset, overrides, conf_dir, hydra_config=True)
+    return str(cfg.hydra.runtime.choices.data), int(cfg.trainer.max_steps)
 
 
 def load_grid(preset: str, overrides: Sequence[str] = (),

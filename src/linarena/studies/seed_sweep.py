@@ -5,18 +5,25 @@ Every attention is trained at each of `seeds` (one train.py multirun per seed, a
 <root>/seed<s>/<attention>/); an attention whose seeds split (some reach SUCCESS_THRESHOLD test
 accuracy and some do not) is trained at `more_seeds` too, so an outcome that can go either way
 is a rate over enough seeds. All runs are one sweep for scripts/compare.py: its multirun folder
-is <root> (study.train_commands' sweep_dir), whatever the seed folder.
+is <root> (study.train_commands' sweep_dir), whatever the seed folder. A sweep that spans
+sessions or machines resumes from the runs CSV compare.py wrote of it (`archived_runs`): the
+runs listed there count as finished.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from linarena.analysis.runs import RunRecord
+from linarena.metrics import TEST_ACC
 from linarena.studies.statistics import SUCCESS_THRESHOLD
 from linarena.studies.study import SettingsPoint, Task, pending, run_tasks, train_commands
 from linarena.training.summary import read_summary
+
+# A finished run's test accuracy by (seed, attention folder); None: it diverged.
+Archive = Mapping[tuple[int, str], float | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,17 +47,45 @@ class SweepPoint(SettingsPoint):
                               sweep_dir=root)
 
 
-def finished_accuracy(root: Path, seed: int, attention: str) -> float | None:
-    """The test accuracy of a finished run (None: not finished, diverged or no test)."""
-    summary = read_summary(root / SweepPoint(seed).folder_name / attention) or {}
-    return summary.get("metrics", {}).get("test/acc")
+def archived_runs(records: Iterable[RunRecord], root: Path, task: str,
+                  max_steps: int) -> dict[tuple[int, str], float | None]:
+    """The runs of the sweep in `root` among `records` (a runs CSV, runs_archive.load_runs_csv):
+    those whose summary.json was <...>/<root's name>/seed<s>/<attention>/, as
+    {(seed, attention): test accuracy, None where it diverged}. Such a run trained with another
+    task or step budget belongs to another sweep: a ValueError."""
+    found: dict[tuple[int, str], float | None] = {}
+    for record in records:
+        folder = Path(record.source).parent
+        if (folder.parent.parent.name, folder.parent.name) != (
+                root.name, SweepPoint(record.seed).folder_name):
+            continue
+        if (record.task, record.max_steps) != (task, max_steps):
+            raise ValueError(
+                f"archived run {record.source} has task {record.task}, max_steps "
+                f"{record.max_steps}, but the sweep in {root} trains task {task}, max_steps "
+                f"{max_steps}: it belongs to another sweep; resume from this sweep's runs CSV "
+                "or from none")
+        found[(record.seed, folder.name)] = record.metrics.get(TEST_ACC.key)
+    return found
 
 
-def split_attentions(root: Path, names: Sequence[str], seeds: Sequence[int]) -> list[str]:
+def finished_accuracy(root: Path, seed: int, attention: str,
+                      archived: Archive | None = None) -> float | None:
+    """The test accuracy of a finished run, from its folder, else from `archived` (None: not
+    finished, diverged or no test)."""
+    summary = read_summary(root / SweepPoint(seed).folder_name / attention)
+    if summary is None:
+        return (archived or {}).get((seed, attention))
+    return summary.get("metrics", {}).get(TEST_ACC.key)
+
+
+def split_attentions(root: Path, names: Sequence[str], seeds: Sequence[int],
+                     archived: Archive | None = None) -> list[str]:
     """The attentions of `names` whose finished runs at `seeds` split: 0 < successes < n."""
     split = []
     for name in names:
-        finished = [acc for seed in seeds if (acc := finished_accuracy(root, seed, name)) is not None]
+        finished = [acc for seed in seeds
+                    if (acc := finished_accuracy(root, seed, name, archived)) is not None]
         successes = sum(acc >= SUCCESS_THRESHOLD for acc in finished)
         if 0 < successes < len(finished):
             split.append(name)
@@ -59,18 +94,19 @@ def split_attentions(root: Path, names: Sequence[str], seeds: Sequence[int]) -> 
 
 def run_sweep(preset: str | None, root: Path, names: Sequence[str], seeds: Sequence[int],
               more_seeds: Sequence[int] = (), jobs: int = 2, threads: int = 1,
-              extra: Sequence[str] = ()) -> dict[str, int]:
+              extra: Sequence[str] = (), archived: Archive | None = None) -> dict[str, int]:
     """Train every missing run of the sweep (`seeds`, then `more_seeds` for the attentions that
-    split), `jobs` seeds at a time; a count per outcome (study.run_point's)."""
+    split), `jobs` seeds at a time, the runs in `archived` (archived_runs) counting as finished;
+    a count per outcome (study.run_point's)."""
     counts: dict[str, int] = {}
-    todo: list[Task] = pending([(SweepPoint(seed), list(names)) for seed in seeds], root,
-                               frozenset())
+    done = frozenset(f"{SweepPoint(seed).folder_name}/{name}" for seed, name in archived or {})
+    todo: list[Task] = pending([(SweepPoint(seed), list(names)) for seed in seeds], root, done)
     print(f"{preset or 'default config'}: {len(names)} attentions x seeds {list(seeds)}: "
           f"{sum(len(n) for _, n in todo)} runs to go", flush=True)
     run_tasks(todo, preset, root, jobs, threads, extra, counts)
     if more_seeds:
-        split = split_attentions(root, names, seeds)
-        more = pending([(SweepPoint(seed), split) for seed in more_seeds], root, frozenset())
+        split = split_attentions(root, names, seeds, archived)
+        more = pending([(SweepPoint(seed), split) for seed in more_seeds], root, done)
         print(f"split at seeds {list(seeds)}: {split or 'none'}; "
               f"{sum(len(n) for _, n in more)} runs of more seeds to go", flush=True)
         run_tasks(more, preset, root, jobs, threads, extra, counts)

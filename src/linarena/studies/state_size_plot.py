@@ -40,7 +40,8 @@ def state_size_figure(summary: pd.DataFrame, runs: pd.DataFrame, title: str = ""
     chosen = runs.merge(summary[[*keys, "chosen_lr"]], on=keys)
     chosen = chosen[chosen["lr"] == chosen["chosen_lr"]]
     convs = sorted(set(summary["short_conv"]), reverse=True)
-    order = [name for name in variant_names() if name in set(summary["attention"])]
+    variants = variant_names()
+    order = [name for name in variants if name in set(summary["attention"])]
     order += sorted(set(summary["attention"]) - set(order))
     colors = attention_colors(order)
     handles: dict[str, Line2D] = {}  # the first line of each attention, for the legend
@@ -53,8 +54,11 @@ def state_size_figure(summary: pd.DataFrame, runs: pd.DataFrame, title: str = ""
                 continue
             line = line.sort_values("state_size")
             kv = (line["state_kind"] == "kv_cache").all()
+            # Dashed: softmax's KV cache; dash-dot: a hybrid stack, so that it reads apart from
+            # the variants whatever its colour.
+            style = "--" if kv else "-" if name in variants else "-."
             handle, = ax.plot(line["state_size"], 100 * line["test_acc_median"],
-                              color=colors[name], linestyle="--" if kv else "-", marker="_",
+                              color=colors[name], linestyle=style, marker="_",
                               markersize=12, markeredgewidth=2,
                               label=f"{line['label'].iloc[0]}" + (" (KV cache)" if kv else ""))
             handles.setdefault(name, handle)
@@ -65,7 +69,7 @@ def state_size_figure(summary: pd.DataFrame, runs: pd.DataFrame, title: str = ""
             rate_ax.errorbar(line["state_size"], rate,
                              yerr=[rate - 100 * line["success_ci_low"],
                                    100 * line["success_ci_high"] - rate],
-                             color=colors[name], linestyle="--" if kv else "-", marker="o",
+                             color=colors[name], linestyle=style, marker="o",
                              markersize=3, capsize=2, linewidth=1, alpha=0.8)
         ax.set_xscale("log", base=2)
         ax.set_title(f"short conv, kernel {conv}" if conv else "no short conv (or a layer's own)")

@@ -94,6 +94,22 @@ def plan_tail(points: pd.DataFrame, study: pd.DataFrame, study_root: Path, steps
             for point, names in plan(points, study)]
 
 
+def unreproduced(study: pd.DataFrame, retrained: pd.DataFrame) -> pd.DataFrame:
+    """The retrained study runs (runs of `retrained`, e.g. trained again for the checkpoint a
+    tail starts from) whose test accuracy or best step differ from their rows in `study`: on
+    the machine and kernel path that trained them a run is bit-identical, so a row here means
+    the tail would not continue the published run."""
+    both = study.merge(retrained, on="run", suffixes=("", "_retrained"))
+
+    def same(column: str) -> pd.Series:  # a diverged run has no accuracy in either
+        old, new = both[column], both[f"{column}_retrained"]
+        return (old == new) | (old.isna() & new.isna())
+
+    differ = ~(same("test_acc") & same("best_step"))
+    return both.loc[differ, ["run", "test_acc", "test_acc_retrained", "best_step",
+                             "best_step_retrained"]]
+
+
 def _at_points(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """The rows of `runs` at the points' (attention, short_conv, d_model, lr)."""
     keyed = points.assign(lr=points["lr"].round(LR_DIGITS))
