@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The round's reruns (issue #26) across sittings, on a machine whose outputs/ need not survive
+# from one sitting to the next: every stage skips the runs finished in outputs/ and those
+# committed in docs/results/in_progress/ (--resume-from), and `snapshot` writes the runs
+# finished so far there, to commit before the sitting ends.
+#   bash scripts/maintainer/reruns.sh train [study|sweeps|tails ...]   the stages left, in order
+#   bash scripts/maintainer/reruns.sh snapshot        finished runs -> docs/results/in_progress/
+# Training runs from a git worktree of one commit (CODE; default /tmp/linarena-reruns, made at
+# HEAD if missing), so that edits to this checkout never reach a running job; the runs go to
+# this checkout's outputs/, outside the worktree, so every sitting labels a sweep alike. The
+# sweeps publish tokens/s: run nothing beside them. Publishing the finished studies is
+# reproduce_results.sh's job.
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="$REPO/outputs"
+KEEP="$REPO/docs/results/in_progress"
+CODE="${CODE:-/tmp/linarena-reruns}"
+STUDY="$OUT/studies/mqar_study_cpu"
+stage() { echo "=== $(date -u +%FT%TZ) $*"; }
+# --resume-from <file> where the file is there (a first sitting has none).
+resume() { if [[ -f "$1" ]]; then echo "--resume-from $1"; fi; }
+
+train_study() {
+    stage "state size, every width"
+    python scripts/mqar_study.py --preset mqar_study_cpu --root "$STUDY" --jobs 2 \
+        $(resume "$KEEP/mqar_state_size_runs.csv")
+}
+
+train_sweeps() {
+    stage "sweeps: ListOps, then MQAR (one run at a time: tokens/s are each run's own)"
+    python scripts/seed_sweep.py --root "$OUT/sweeps/listops" --jobs 1 --threads 2 \
+        $(resume "$KEEP/results_runs.csv") trainer.max_steps=300 "tags=[readme]"
+    python scripts/seed_sweep.py --preset mqar_cpu --root "$OUT/sweeps/mqar" --jobs 1 \
+        --threads 2 $(resume "$KEEP/results_runs.csv") "tags=[readme]"
+}
+
+train_tails() {
+    stage "step budget: the d_model 16 runs with the conv, continued 2,000 steps"
+    python scripts/mqar_study.py --preset mqar_study_cpu --root "$STUDY" --report-only \
+        $(resume "$KEEP/mqar_state_size_runs.csv") --out "$OUT/studies/report"
+    python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
+        --tail 2000 --tail-lr 0.1 --jobs 2 --study "$OUT/studies/report/mqar_state_size_runs.csv" \
+        --study-root "$STUDY" --retrain-study --root "$OUT/studies/mqar_step_budget" \
+        $(resume "$KEEP/mqar_step_budget_runs.csv") --out "$OUT/studies/report"
+}
+
+snapshot() {
+    cd "$REPO"
+    if [[ -d "$STUDY" || -f "$KEEP/mqar_state_size_runs.csv" ]]; then
+        python scripts/mqar_study.py --preset mqar_study_cpu --root "$STUDY" --report-only \
+            $(resume "$KEEP/mqar_state_size_runs.csv") --out "$KEEP"
+    fi
+    if [[ -d "$OUT/sweeps" || -f "$KEEP/results_runs.csv" ]]; then
+        mkdir -p "$OUT/sweeps"
+        python scripts/compare.py --runs outputs/sweeps $(resume "$KEEP/results_runs.csv") \
+            --published --out "$KEEP"
+    fi
+    if [[ -d "$OUT/studies/mqar_step_budget" ]]; then
+        python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
+            --tail 2000 --tail-lr 0.1 --study "$KEEP/mqar_state_size_runs.csv" \
+            --root "$OUT/studies/mqar_step_budget" $(resume "$KEEP/mqar_step_budget_runs.csv") \
+            --report-only --out "$KEEP"
+    fi
+}
+
+case "${1:-}" in
+    train)
+        shift
+        stages=("$@")
+        [[ $# -gt 0 ]] || stages=(study sweeps tails)
+        for one in "${stages[@]}"; do
+            case "$one" in
+                study|sweeps|tails) ;;
+                *) echo "reruns.sh: unknown stage '$one' (study, sweeps, tails)" >&2; exit 2 ;;
+            esac
+        done
+        [[ -d "$CODE" ]] || git -C "$REPO" worktree add --detach "$CODE" HEAD
+        cd "$CODE"
+        export PYTHONPATH="$CODE/src"
+        for one in "${stages[@]}"; do "train_$one"; done
+        stage "done" ;;
+    snapshot) snapshot ;;
+    *) echo "usage: bash scripts/maintainer/reruns.sh train [study|sweeps|tails ...] | snapshot" >&2
+       exit 2 ;;
+esac
