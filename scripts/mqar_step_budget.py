@@ -39,6 +39,7 @@ from linarena.studies.step_budget import (
     compare,
     comparison_table,
     plan_tail,
+    study_checkpoint,
     unreproduced,
 )
 from linarena.studies.step_budget import plan as plan_tasks
@@ -83,9 +84,9 @@ def retrain_study(study: pd.DataFrame, tasks: list[Task], args: argparse.Namespa
                   entries: dict[str, list[str]]) -> None:
     """Train the study runs of `tasks` without a last.ckpt in --study-root again there (the
     study's own commands), then check that each gives its row of `study` exactly."""
-    missing = [(point, [name for name in names if not (
-        args.study_root / point.folder_name / name / "checkpoints" / "last.ckpt").is_file()])
-        for point, names in tasks]
+    missing = [(point, [name for name in names
+                        if not study_checkpoint(args.study_root, point, name).is_file()])
+               for point, names in tasks]
     missing = [(point, names) for point, names in missing if names]
     for point, names in missing:  # a run folder without its checkpoint is trained from scratch
         for name in names:
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{args.short_conv} for {names}: pick points the study has")
         if args.tail:
             tasks = plan_tail(points, study, args.study_root, args.tail, args.tail_lr)
-            absent = [point.study_root / point.folder_name / name / "checkpoints" / "last.ckpt"
+            absent = [study_checkpoint(point.study_root, point.point, name)
                       for point, names_at in tasks for name in names_at]
             absent = [path for path in absent if not path.is_file()]
             if absent and args.retrain_study and not args.report_only:

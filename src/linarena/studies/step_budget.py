@@ -59,6 +59,11 @@ def plan(points: pd.DataFrame, study: pd.DataFrame) -> list[Task]:
     return group_tasks(sorted(tasks, key=lambda task: task[0].seed))
 
 
+def study_checkpoint(study_root: Path, point: StudyPoint, name: str) -> Path:
+    """The last.ckpt of the study's run of `name` at `point`: where its tail starts."""
+    return study_root / point.folder_name / name / "checkpoints" / "last.ckpt"
+
+
 @dataclasses.dataclass(frozen=True)
 class TailPoint:
     """A study point continued: each attention's run at `point` in `study_root`, from its
@@ -81,9 +86,9 @@ class TailPoint:
         tail_lr = dataclasses.replace(point, lr=point.lr * self.lr_fraction)
         settings = [*tail_lr.settings, "optim.schedule=constant", "optim.warmup_steps=0",
                     f"trainer.max_steps={self.steps}"]
-        starts = {name: [*(entries or {}).get(name, ()), "init_weights=" + str(
-            self.study_root / point.folder_name / name / "checkpoints" / "last.ckpt")]
-            for name in names}
+        starts = {name: [*(entries or {}).get(name, ()),
+                         f"init_weights={study_checkpoint(self.study_root, point, name)}"]
+                  for name in names}
         return train_commands(preset, settings, names, root / self.folder_name, starts)
 
 
