@@ -1,5 +1,5 @@
-"""The MQAR mixture report (linarena.studies.mixture, scripts/mqar_mixture.py): accuracy
-per test setting over seeds, † beyond the training lengths, registry order, no pooling of
+"""The MQAR mixture report (linarena.studies.mixture and mixture_report, scripts/mqar_mixture.py):
+accuracy per test setting over seeds, † beyond the training lengths, registry order, no pooling of
 different mixtures, the files written and the README table made from them."""
 
 from __future__ import annotations
@@ -17,13 +17,8 @@ from omegaconf import OmegaConf
 from linarena.analysis.provenance import load
 from linarena.analysis.results_tables import STAGES, TABLES, render
 from linarena.attention.variants import label, variant_names
-from linarena.studies.mixture import (
-    accuracy_table,
-    caption,
-    load_runs,
-    short_conv_text,
-    summarize,
-)
+from linarena.studies.mixture import load_runs, summarize
+from linarena.studies.mixture_report import accuracy_table, caption, short_conv_text
 from linarena.studies.statistics import wilson_interval
 from linarena.training.run import train
 

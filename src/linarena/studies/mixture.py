@@ -6,9 +6,10 @@ setting, test/acc_L<length>_P<pairs> into summary.json's "metrics"
 (linarena.metrics.TEST_ACC_PER_SETTING). This module reads every such run under some folders
 into one row per (run, test setting), then summarises each (attention, setting) over seeds: the
 median accuracy, its range, how many seeds reached SUCCESS_THRESHOLD and that rate's interval
-(statistics.point_statistics), as a table with a row per attention and a column per setting.
-Settings longer than the longest training length are marked †: there the model meets positions
-it never trained on.
+(statistics.point_statistics); studies.mixture_report writes that as a table with a row per
+attention and a column per setting. Settings longer than the longest training length are marked
+†: there the model meets sequences longer than any it trained on (and, with position codes,
+positions it never trained on).
 
 Runs are pooled only when they trained and tested on one mixture, at one width, depth, learning
 rate and step budget (only the attention, the kind of positions and the seed may differ); each
@@ -42,10 +43,13 @@ SETTING = re.compile(re.escape(TEST_ACC_PER_SETTING.key) + r"L(?P<length>\d+)_P(
 # What must be equal for runs to be pooled (dotted paths in summary.json's "config").
 POOLED_ON = ("data.train", "data.test", "data.vocab_size", "model.d_model", "model.num_layers",
              "optim.lr", "trainer.max_steps")
+# The rest of the config the caption reads.
+CAPTION_ON = ("callbacks.early_stopping.stopping_threshold", "study")
 BEYOND = "†"
 
 
-def _get(config: Mapping[str, Any], dotted: str) -> Any:
+def get(config: Mapping[str, Any], dotted: str) -> Any:
+    """The value at a dotted key ("model.d_model") of a nested config; None where absent."""
     for key in dotted.split("."):
         config = config.get(key) if isinstance(config, Mapping) else None
     return config
@@ -79,16 +83,16 @@ def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     accuracies = _setting_accuracies(summary["metrics"])
     if not accuracies:
         return []
-    train = _get(summary.get("config") or {}, "data.train")
+    train = get(summary.get("config") or {}, "data.train")
     if not train:
         raise ValueError(f"{where}: per-setting metrics but no config.data.train (the training "
                          "mixture); was it written by linarena's train.py?")
     longest = max(int(item["length"]) for item in train)
     attention = str(summary["attention"])
-    positions = str(_get(summary["config"], "model.positions"))
+    positions = str(get(summary["config"], "model.positions"))
     machine = summary.get("machine") or {}
     return [{"attention": attention, "label": attention_label(attention),
-             "positions": positions, "short_conv": _get(summary["config"], "model.short_conv"),
+             "positions": positions, "short_conv": get(summary["config"], "model.short_conv"),
              "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
              "beyond_train": length > longest,
              "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
@@ -97,8 +101,14 @@ def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
             for (length, pairs), acc in sorted(accuracies.items())]
 
 
-def _check_poolable(settings: dict[Path, dict[str, Any]]) -> None:
-    """A ValueError naming two folders whose runs differ in a POOLED_ON key, and the key."""
+def pooled_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The POOLED_ON values of a resolved config (summary.json's "config", or a preset's)."""
+    return {key: get(config, key) for key in POOLED_ON}
+
+
+def _check_poolable(settings: dict[str, dict[str, Any]]) -> None:
+    """A ValueError naming two sources (run folders, or the preset) whose runs differ in a
+    POOLED_ON key, and the key."""
     (first, reference), *others = settings.items()
     for folder, values in others:
         for key in POOLED_ON:
@@ -110,16 +120,19 @@ def _check_poolable(settings: dict[Path, dict[str, Any]]) -> None:
                     "one preset and setting")
 
 
-def load_runs(roots: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[str, Any]]:
+def load_runs(roots: Iterable[str | Path], reference: Mapping[str, Any] | None = None,
+              ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One row per (run, test setting) of every non-debug run with per-setting accuracies
     (test/acc_L<length>_P<pairs>) under `roots`, in RUN_COLUMNS, attentions in registry order;
     and the first run's resolved config (summary.json "config"), whose POOLED_ON settings every
-    run shares."""
+    run shares (and `reference`'s, where given: the preset's config that archived runs were
+    trained with)."""
     roots = [Path(root) for root in roots]
     for root in roots:
         if not root.is_dir():
             raise FileNotFoundError(f"--runs {root}: no such folder")
-    rows, settings, seen, configs = [], {}, {}, []
+    rows, seen, configs = [], {}, []
+    settings = {} if reference is None else {"the preset": pooled_settings(reference)}
     for path in sorted(p for root in roots for p in root.rglob(SUMMARY_FILE)):
         summary = _read(path)
         if summary.get("debug"):
@@ -133,7 +146,7 @@ def load_runs(roots: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[str, Any]
                              f"twice: {seen[key]} and {path.parent}; keep one of them out of "
                              "--runs")
         seen[key] = path.parent
-        settings[path.parent] = {k: _get(summary["config"], k) for k in POOLED_ON}
+        settings[str(path.parent)] = pooled_settings(summary["config"])
         configs.append(summary["config"])
         rows += found
     if not rows:
@@ -141,10 +154,14 @@ def load_runs(roots: Iterable[str | Path]) -> tuple[pd.DataFrame, dict[str, Any]
                          f"L<length>_P<pairs>) under {', '.join(map(str, roots))}: train with "
                          "experiment=mqar_mixture_cpu (debug runs are left out)")
     _check_poolable(settings)
-    runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    return sort_runs(pd.DataFrame(rows, columns=list(RUN_COLUMNS))), configs[0]
+
+
+def sort_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs rows (RUN_COLUMNS) by attention in registry order, positions, seed and setting."""
     runs = runs.sort_values(["attention", "positions", "seed", "length", "pairs"],
                             kind="stable", key=_registry_key)
-    return runs.reset_index(drop=True), configs[0]
+    return runs.reset_index(drop=True)
 
 
 def _registry_key(column: pd.Series) -> pd.Series:
@@ -180,54 +197,6 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return summary.reset_index(drop=True)
 
 
-def setting_header(length: int, pairs: int, beyond: bool) -> str:
-    """A column header: "L256 P64", with † when the length is beyond the training lengths."""
-    return f"L{length} P{pairs}" + (f" {BEYOND}" if beyond else "")
-
-
-def accuracy_table(summary: pd.DataFrame) -> str:
-    """Markdown: a row per attention (registry order) and kind of positions, a column per test
-    setting (by length, then pairs); each cell the median accuracy % over seeds and (k/n) the
-    seeds that reached SUCCESS_THRESHOLD, e.g. "98.9 (2/3)"; "–" where there is no accuracy."""
-    settings = summary[["length", "pairs", "beyond_train"]].drop_duplicates()
-    settings = settings.sort_values(["length", "pairs"])
-    columns = list(zip(settings["length"], settings["pairs"], strict=True))
-    cells = {(row.attention, row.positions, row.length, row.pairs):
-             ("–" if pd.isna(row.test_acc_median) else f"{100 * row.test_acc_median:.1f}")
-             + f" ({row.recalled}/{row.seeds})" for row in summary.itertuples()}
-    header = ["attention", "positions", *(setting_header(length, pairs, beyond)
-                                          for length, pairs, beyond
-                                          in settings.itertuples(index=False))]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for attention, positions in dict.fromkeys(zip(summary["attention"], summary["positions"],
-                                                  strict=True)):
-        values = [cells.get((attention, positions, length, pairs), "–")
-                  for length, pairs in columns]
-        lines.append(f"| {attention_label(attention)} | {positions} | " + " | ".join(values)
-                     + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _settings_text(items: Iterable[Mapping[str, Any]]) -> str:
-    return ", ".join(f"L{item['length']} P{item['pairs']} ({item['examples']:,})"
-                     for item in items)
-
-
-def short_conv_text(runs: pd.DataFrame) -> str:
-    """Which short conv the runs had: the preset's (model.short_conv) for most, none for the
-    layers with their own short convolutions (mixture_study.own_conv_entries)."""
-    by_conv = runs.drop_duplicates("run").dropna(subset=["short_conv"]).groupby(
-        "short_conv")["label"].agg(lambda labels: sorted(set(labels)))
-    if by_conv.empty:  # runs whose config does not say
-        return "short conv not recorded"
-    if len(by_conv) == 1:
-        taps = int(by_conv.index[0])
-        return f"short conv {taps} (model.short_conv)" if taps else "no short conv"
-    own = ", ".join(by_conv.get(0, []))
-    return (f"short conv {int(by_conv.index.max())} before each attention (model.short_conv), "
-            f"but none for {own} (their own short convolutions instead)")
-
-
 def split_rows(runs: pd.DataFrame, seeds: Sequence[int]) -> set[tuple[str, str]]:
     """The (attention, positions) whose runs of `seeds` split at some test setting:
     0 < successes < n."""
@@ -239,66 +208,3 @@ def split_rows(runs: pd.DataFrame, seeds: Sequence[int]) -> set[tuple[str, str]]
         if 0 < successes < len(group):
             split.add((attention, positions))
     return split
-
-
-def unfinished(runs: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
-    """The (attention, positions) of `runs` short of the study's protocol (its `study:` block):
-    every attention found in the runs, at each of the study's positions, needs the seeds of
-    `seeds`, and those of `more_seeds` where they split (split_rows). One "<label> <positions>
-    (seeds ...)" per row short of seeds; [] for a finished study."""
-    seeds, more = [int(s) for s in study["seeds"]], [int(s) for s in study.get("more_seeds") or []]
-    split = split_rows(runs, seeds)
-    present = runs.drop_duplicates(["attention", "positions", "seed"])
-    labels = dict(zip(runs["attention"], runs["label"], strict=False))
-    short = []
-    for attention in dict.fromkeys(runs["attention"]):
-        for positions in study["positions"]:
-            wanted = seeds + (more if (attention, str(positions)) in split else [])
-            have = set(present.loc[(present["attention"] == attention)
-                                   & (present["positions"] == str(positions)), "seed"])
-            left = [seed for seed in wanted if seed not in have]
-            if left:
-                short.append(f"{labels[attention]} {positions} (seeds "
-                             f"{', '.join(map(str, left))})")
-    return short
-
-
-def seeds_text(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
-    """How n was decided: the study's protocol when the runs were trained by
-    scripts/mqar_mixture.py (their config's `study:` block), else the seeds found."""
-    study = config.get("study")
-    if not study:
-        return f"seeds {sorted(int(seed) for seed in set(runs['seed']))}"
-    more = list(study.get("more_seeds") or [])
-    return (f"seeds {list(study['seeds'])} for every attention and positions"
-            + (f", and {more} where those split at some test setting (some reached "
-               f"{100 * SUCCESS_THRESHOLD:.0f}% and some did not)" if more else ""))
-
-
-def caption(runs: pd.DataFrame, config: Mapping[str, Any]) -> str:
-    """What the table shows, above it in mqar_mixture.md; `config` is one run's summary.json
-    "config" (every pooled run has the same mixture and settings)."""
-    train, test = _get(config, "data.train"), _get(config, "data.test")
-    longest = max(int(item["length"]) for item in train)
-    stop = _get(config, "callbacks.early_stopping.stopping_threshold")
-    failed = runs[runs["acc"].isna()].drop_duplicates(["attention", "seed"])
-    text = (f"MQAR trained on a mixture of (length, pairs) settings and tested per setting: "
-            f"vocab {_get(config, 'data.vocab_size')}, d_model {_get(config, 'model.d_model')}, "
-            f"{_get(config, 'model.num_layers')} layers, lr {_get(config, 'optim.lr'):g}, at "
-            f"most {_get(config, 'trainer.max_steps'):,} steps"
-            + (f" (early stop at val acc {stop:g})" if stop is not None else "")
-            + f"; {seeds_text(runs, config)}; {short_conv_text(runs)}. Training (examples): "
-            f"{_settings_text(train)}. Test (examples "
-            f"per setting): {_settings_text(test)}.\n\n"
-            f"Each cell: median test accuracy (%) over seeds for that setting, and (k/n) the "
-            f"seeds whose accuracy reached {100 * SUCCESS_THRESHOLD:.0f}%. {BEYOND}: the length "
-            f"is beyond the longest training length ({longest}), so the model meets positions "
-            "it never trained on.\n\n")
-    short = unfinished(runs, config["study"]) if config.get("study") else []
-    if short:
-        text = (f"PARTIAL: the study has not finished; rows short of seeds: {'; '.join(short)}."
-                "\n\n" + text)
-    if len(failed):
-        text += (f"{len(failed)} run(s) have no accuracy for some setting (diverged): counted "
-                 "in n, never in k, and left out of the median.\n\n")
-    return text

@@ -8,17 +8,33 @@ Seeds: the grid's `seeds` first; an (attention, positions) whose seeds split at 
 setting (some reach SUCCESS_THRESHOLD and some do not) gets the grid's `more_seeds` too. A layer
 with its own short convolutions runs with model.short_conv=0 (the preset's conv would be a
 second one, which the model refuses).
+
+A study that spans machines or sessions resumes from the runs CSV it committed
+(mqar_mixture_runs.csv, load_archive): its runs count as finished, and the report is written
+from them and the run folders (mixture_runs), as the state-size study does (runs.load_archive).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from omegaconf import OmegaConf
+
+from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.variants import check_variant_names, owns_short_conv, variant_names
-from linarena.studies.mixture import load_runs, split_rows
+from linarena.studies.mixture import (
+    CAPTION_ON,
+    POOLED_ON,
+    RUN_COLUMNS,
+    load_runs,
+    sort_runs,
+    split_rows,
+)
 from linarena.studies.preset import compose_preset
 from linarena.studies.study import SettingsPoint, Task, group_tasks, pending, run_tasks
 from linarena.training.summary import SUMMARY_FILE
@@ -60,27 +76,91 @@ def own_conv_entries(names: Sequence[str]) -> dict[str, list[str]]:
     return {name: ["model.short_conv=0"] for name in names if owns_short_conv(name)}
 
 
+def study_overrides(preset: str, attention: str, positions: str, seed: int,
+                    extra: Sequence[str] = ()) -> list[str]:
+    """The train.py overrides this study trains one run with (its Hydra overrides, as the runs
+    CSV's `command` column records them), sorted."""
+    conv = ["model.short_conv=0"] if owns_short_conv(attention) else []
+    return sorted([f"experiment={preset}", f"attention={attention}",
+                   f"model.positions={positions}", f"seed={seed}", "logger=none", *conv,
+                   *extra])
+
+
+def load_archive(path: Path, preset: str, extra: Sequence[str] = ()) -> pd.DataFrame:
+    """The rows of a runs CSV this study wrote before (<name>_runs.csv), as load_runs gives
+    them, to count as finished runs. Each run must have been trained by the command this study
+    gives it (study_overrides): then it shares the preset's mixture and settings with every
+    run pooled beside it. A damaged file is a ResultFileError naming the line."""
+    extra = [o for o in extra if not o.startswith("study.")]
+    runs = read_csv_checked(
+        path, required_columns=RUN_COLUMNS,
+        numeric_columns=("short_conv", "seed", "length", "pairs", "acc", "duration_s"),
+        filled_columns=("attention", "positions", "seed", "length", "pairs", "run", "command"))
+    for row in runs.drop_duplicates("run").itertuples():
+        wanted = study_overrides(preset, row.attention, str(row.positions), int(row.seed), extra)
+        if sorted(shlex.split(row.command)[2:]) != wanted:
+            raise ValueError(
+                f"{path}: run {row.run} was trained by `{row.command}`, not by this study's "
+                f"command for it (train.py {' '.join(wanted)}): it belongs to another preset or "
+                "settings; resume from that study's CSV or none")
+    return runs.astype({"seed": int, "length": int, "pairs": int, "positions": str})
+
+
+def report_config(preset: str, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """What the report reads of a run's config (POOLED_ON, CAPTION_ON), from the preset with
+    `extra`, as nested plain values like summary.json's "config"."""
+    cfg = compose_preset(preset, extra)
+    config: dict[str, Any] = {}
+    for dotted in (*POOLED_ON, *CAPTION_ON):
+        *parents, leaf = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.setdefault(key, {})
+        value = OmegaConf.select(cfg, dotted)
+        node[leaf] = OmegaConf.to_container(value, resolve=True) \
+            if OmegaConf.is_config(value) else value
+    return config
+
+
+def mixture_runs(root: Path, preset: str, archived: pd.DataFrame | None,
+                 extra: Sequence[str] = ()) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The finished runs (load_runs' rows): the run folders under `root` and the archived runs
+    none of them reruns (a run's folder wins); and the config they share: the first run
+    folder's, or with an archive the preset's resolved config, which every folder must match."""
+    if archived is None:
+        return load_runs([root])
+    config = report_config(preset, extra)
+    if not (root.is_dir() and any(root.rglob(SUMMARY_FILE))):
+        return archived.reset_index(drop=True), config
+    runs, _ = load_runs([root], reference=config)
+    kept = archived[~archived["run"].isin(runs["run"])]
+    return sort_runs(pd.concat([kept, runs], ignore_index=True)), config
+
+
 def run_mixture(preset: str, root: Path, attentions: Sequence[str] | None = None,
-                jobs: int = 2, threads: int = 1, extra: Sequence[str] = ()) -> dict[str, int]:
-    """Train every missing run of the mixture study, `jobs` points at a time: the grid's seeds,
-    then more_seeds where they split; a count per outcome."""
+                jobs: int = 2, threads: int = 1, extra: Sequence[str] = (),
+                archived: pd.DataFrame | None = None) -> dict[str, int]:
+    """Train every missing run of the mixture study (neither in a folder under `root` nor in
+    `archived`, load_archive's rows), `jobs` points at a time: the grid's seeds, then
+    more_seeds where they split; a count per outcome."""
     grid = load_mixture_grid(preset, [o for o in extra if o.startswith("study.")])
     extra = [o for o in extra if not o.startswith("study.")]
     names = check_variant_names(attentions) if attentions else variant_names()
     entries = own_conv_entries(names)
     counts: dict[str, int] = {}
+    done = frozenset(() if archived is None else archived["run"])
     tasks: list[Task] = [(MixturePoint(positions, seed), list(names))
                          for seed in grid["seeds"] for positions in grid["positions"]]
-    todo = pending(tasks, root, frozenset())
+    todo = pending(tasks, root, done)
     print(f"{preset}: {len(names)} attentions x positions {grid['positions']} x seeds "
           f"{grid['seeds']}: {sum(len(n) for _, n in todo)} runs to go", flush=True)
     run_tasks(todo, preset, root, jobs, threads, extra, counts, entries=entries)
-    if grid["more_seeds"] and any(root.rglob(SUMMARY_FILE)):
-        split = split_rows(load_runs([root])[0], grid["seeds"])
+    if grid["more_seeds"] and (done or any(root.rglob(SUMMARY_FILE))):
+        split = split_rows(mixture_runs(root, preset, archived, extra)[0], grid["seeds"])
         more = pending(group_tasks((MixturePoint(positions, seed), attention)
                                    for seed in grid["more_seeds"]
                                    for attention, positions in sorted(split)
-                                   if attention in names), root, frozenset())
+                                   if attention in names), root, done)
         print(f"{preset}: {len(split)} (attention, positions) split; "
               f"{sum(len(n) for _, n in more)} runs of more seeds to go", flush=True)
         run_tasks(more, preset, root, jobs, threads, extra, counts, entries=entries)
