@@ -126,13 +126,14 @@ def test_archived_runs_are_not_trained_again(tmp_path: Path, monkeypatch) -> Non
         (point.folder_name, names) for point, names in todo))
     root = tmp_path / "runs"
     mixture_run(root, "none", 1, "elu", 0.95)
+    mixture_run(root, "none", 2, "elu", 0.30)  # seeds 1 and 2 split: seed 3 is wanted
     write_report(root, tmp_path / "out")
     archived = load_archive(tmp_path / "out" / "mqar_mixture_runs.csv", PRESET)
     run_mixture(PRESET, tmp_path / "elsewhere", ["elu"], extra=["study.seeds=[1,2]",
-                                                                "study.more_seeds=[]"],
+                                                                "study.more_seeds=[3]"],
                 archived=archived)
-    assert sorted(trained) == [("none_seed2", ["elu"]), ("rope_seed1", ["elu"]),
-                               ("rope_seed2", ["elu"])]
+    assert trained == [("rope_seed1", ["elu"]), ("rope_seed2", ["elu"]),
+                       ("none_seed3", ["elu"])]
 
 
 def test_the_caption_says_what_is_new_beyond_the_training_lengths(tmp_path: Path) -> None:

@@ -208,3 +208,16 @@ def split_rows(runs: pd.DataFrame, seeds: Sequence[int]) -> set[tuple[str, str]]
         if 0 < successes < len(group):
             split.add((attention, positions))
     return split
+
+
+def wanted_seeds(runs: pd.DataFrame, attentions: Iterable[str], study: Mapping[str, Any]
+                 ) -> dict[tuple[str, str], list[int]]:
+    """The study's protocol (its `study:` block: positions, seeds, more_seeds) for each of
+    `attentions` at each kind of positions: the seeds of `seeds`, and those of `more_seeds`
+    where the finished `runs` of `seeds` split (split_rows)."""
+    seeds, more = [int(s) for s in study["seeds"]], [int(s) for s in study.get("more_seeds") or []]
+    split = split_rows(runs, seeds)
+    return {(attention, str(positions)): seeds + (more if (attention, str(positions)) in split
+                                                   else [])
+            for attention in attentions for positions in study["positions"]}
+

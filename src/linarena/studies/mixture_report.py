@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from linarena.analysis.order import attention_label
-from linarena.studies.mixture import BEYOND, get, split_rows
+from linarena.studies.mixture import BEYOND, get, wanted_seeds
 from linarena.studies.statistics import SUCCESS_THRESHOLD
 
 
@@ -65,24 +65,18 @@ def short_conv_text(runs: pd.DataFrame) -> str:
 
 
 def unfinished(runs: pd.DataFrame, study: Mapping[str, Any]) -> list[str]:
-    """The (attention, positions) of `runs` short of the study's protocol (its `study:` block):
-    every attention found in the runs, at each of the study's positions, needs the seeds of
-    `seeds`, and those of `more_seeds` where they split (split_rows). One "<label> <positions>
+    """The (attention, positions) of `runs` short of the study's protocol (its `study:` block,
+    mixture.wanted_seeds) for every attention found in the runs. One "<label> <positions>
     (seeds ...)" per row short of seeds; [] for a finished study."""
-    seeds, more = [int(s) for s in study["seeds"]], [int(s) for s in study.get("more_seeds") or []]
-    split = split_rows(runs, seeds)
     present = runs.drop_duplicates(["attention", "positions", "seed"])
+    have = present.groupby(["attention", "positions"])["seed"].agg(set)
     labels = dict(zip(runs["attention"], runs["label"], strict=False))
     short = []
-    for attention in dict.fromkeys(runs["attention"]):
-        for positions in study["positions"]:
-            wanted = seeds + (more if (attention, str(positions)) in split else [])
-            have = set(present.loc[(present["attention"] == attention)
-                                   & (present["positions"] == str(positions)), "seed"])
-            left = [seed for seed in wanted if seed not in have]
-            if left:
-                short.append(f"{labels[attention]} {positions} (seeds "
-                             f"{', '.join(map(str, left))})")
+    for (attention, positions), seeds in wanted_seeds(
+            runs, dict.fromkeys(runs["attention"]), study).items():
+        left = [seed for seed in seeds if seed not in have.get((attention, positions), set())]
+        if left:
+            short.append(f"{labels[attention]} {positions} (seeds {', '.join(map(str, left))})")
     return short
 
 

@@ -33,7 +33,7 @@ from linarena.studies.mixture import (
     RUN_COLUMNS,
     load_runs,
     sort_runs,
-    split_rows,
+    wanted_seeds,
 )
 from linarena.studies.preset import compose_preset
 from linarena.studies.study import SettingsPoint, Task, group_tasks, pending, run_tasks
@@ -156,11 +156,11 @@ def run_mixture(preset: str, root: Path, attentions: Sequence[str] | None = None
           f"{grid['seeds']}: {sum(len(n) for _, n in todo)} runs to go", flush=True)
     run_tasks(todo, preset, root, jobs, threads, extra, counts, entries=entries)
     if grid["more_seeds"] and (done or any(root.rglob(SUMMARY_FILE))):
-        split = split_rows(mixture_runs(root, preset, archived, extra)[0], grid["seeds"])
+        wanted = wanted_seeds(mixture_runs(root, preset, archived, extra)[0], names, grid)
+        split = sorted(row for row, seeds in wanted.items() if len(seeds) > len(grid["seeds"]))
         more = pending(group_tasks((MixturePoint(positions, seed), attention)
                                    for seed in grid["more_seeds"]
-                                   for attention, positions in sorted(split)
-                                   if attention in names), root, done)
+                                   for attention, positions in split), root, done)
         print(f"{preset}: {len(split)} (attention, positions) split; "
               f"{sum(len(n) for _, n in more)} runs of more seeds to go", flush=True)
         run_tasks(more, preset, root, jobs, threads, extra, counts, entries=entries)
