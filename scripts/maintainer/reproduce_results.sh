@@ -7,10 +7,16 @@
 # Each script writes its files' provenance records (docs/results/provenance.json: commit,
 # command, environment). Run it on a clean checkout: a record notes uncommitted changes. The
 # training runs behind the published files go to outputs/ (sweeps/, studies/), as any local run.
+# A rerun that spanned sittings (scripts/maintainer/reruns.sh) publishes with
+#   RESUME_FROM=docs/results/in_progress bash scripts/maintainer/reproduce_results.sh sweeps
+# so that each stage also counts the runs committed there (--resume-from <its runs CSV>).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=docs/results
 WHAT="${1:-all}"
+RESUME_FROM="${RESUME_FROM:-}"
+# --resume-from <RESUME_FROM>/<file> where RESUME_FROM is set and holds the file.
+resume() { if [[ -n "$RESUME_FROM" && -f "$RESUME_FROM/$1" ]]; then echo "--resume-from $RESUME_FROM/$1"; fi; }
 # Every variant of conf/attention/, comma-separated for Hydra's multirun.
 ATTENTIONS="$(python -c "from linarena.attention.variants import variant_names; print(','.join(variant_names()))")"
 
@@ -39,36 +45,40 @@ if [[ "$WHAT" == all || "$WHAT" == sweeps ]]; then
     echo "== small-budget sweeps: every attention x seeds 1-5, 6-10 where they split"
     echo "   (listops_small 300 steps; mqar_cpu; resumable; one run at a time, 2 threads, so"
     echo "   that tokens/s and memory are each run's alone)"
-    LISTOPS="python scripts/seed_sweep.py --root outputs/sweeps/listops --jobs 1 --threads 2 trainer.max_steps=300 tags=[readme]"
-    MQAR="python scripts/seed_sweep.py --preset mqar_cpu --root outputs/sweeps/mqar --jobs 1 --threads 2 tags=[readme]"
+    LISTOPS="python scripts/seed_sweep.py --root outputs/sweeps/listops --jobs 1 --threads 2 $(resume results_runs.csv) trainer.max_steps=300 tags=[readme]"
+    MQAR="python scripts/seed_sweep.py --preset mqar_cpu --root outputs/sweeps/mqar --jobs 1 --threads 2 $(resume results_runs.csv) tags=[readme]"
+    mkdir -p outputs/sweeps
     $LISTOPS
     $MQAR
-    python scripts/compare.py --runs outputs/sweeps --published --out "$OUT" \
-        --runs-command "$LISTOPS; $MQAR"
+    python scripts/compare.py --runs outputs/sweeps $(resume results_runs.csv) --published \
+        --out "$OUT" --runs-command "$LISTOPS; $MQAR"
     python scripts/maintainer/pairwise_tests.py --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == study ]]; then
     echo "== MQAR recall against state size: lr on seeds 1-2, 5 seeds, 10 where split (resumable)"
-    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 --out "$OUT"
+    python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 \
+        $(resume mqar_state_size_runs.csv) --out "$OUT"
     echo "== was 2,000 steps enough? the d_model 16 runs with the conv continued 2,000 more"
     echo "   steps at a constant 0.1 x their lr, from their own last checkpoints (trained again"
     echo "   where they are gone, and checked to give their published rows exactly)"
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
         --tail 2000 --tail-lr 0.1 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" \
-        --retrain-study --out "$OUT"
+        --retrain-study $(resume mqar_step_budget_runs.csv) --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == crosskernel ]]; then
     echo "== cross-kernel check of the published state-size study: every split point and the"
     echo "   points nearest 90%, seeds 1-5, under ATen's default and AVX2 kernels (resumable)"
-    python scripts/maintainer/cross_kernel_check.py --jobs 2 --seeds 1 2 3 4 5 --out "$OUT"
+    python scripts/maintainer/cross_kernel_check.py --jobs 2 --seeds 1 2 3 4 5 \
+        $(resume cross_kernel.csv) --out "$OUT"
 fi
 
 if [[ "$WHAT" == all || "$WHAT" == mixture ]]; then
     echo "== MQAR on a mixture of (length, pairs), tested up to 4x the training length: every"
     echo "   attention with positions none and rope, 5 seeds, 10 where they split (resumable)"
-    python scripts/mqar_mixture.py --preset mqar_mixture_cpu --jobs 2 --out "$OUT"
+    python scripts/mqar_mixture.py --preset mqar_mixture_cpu --jobs 2 \
+        $(resume mqar_mixture_runs.csv) --out "$OUT"
     echo "   the share of each test setting's queries a window of 64 tokens reaches"
     python scripts/maintainer/mqar_window_reach.py --out "$OUT"
 fi

@@ -8,8 +8,9 @@
 # Training runs from a git worktree of one commit (CODE; default /tmp/linarena-reruns, made at
 # HEAD if missing), so that edits to this checkout never reach a running job; the runs go to
 # this checkout's outputs/, outside the worktree, so every sitting labels a sweep alike. The
-# sweeps publish tokens/s: run nothing beside them. Publishing the finished studies is
-# reproduce_results.sh's job.
+# sweeps publish tokens/s: run nothing beside them. Publishing the finished stages is
+# reproduce_results.sh's job, resumed from these rows:
+#   RESUME_FROM=docs/results/in_progress bash scripts/maintainer/reproduce_results.sh <stage>
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="$REPO/outputs"
