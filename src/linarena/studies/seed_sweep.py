@@ -1,10 +1,10 @@
 """A sweep over every attention and seed, with more seeds where the outcomes split (issue #26):
 the README's small-budget tables as a study, resumable.
 
-Every attention is trained at each of `seeds` (one train.py multirun per seed, a folder per run,
-<root>/seed<s>/<attention>/); an attention whose seeds split (some reach SUCCESS_THRESHOLD test
-accuracy and some do not) is trained at `more_seeds` too, so an outcome that can go either way
-is a rate over enough seeds. All runs are one sweep for scripts/compare.py: its multirun folder
+Every attention is trained at each of `seeds` (a train.py process per run, so that its CPU peak
+memory is its own; a folder per run, <root>/seed<s>/<attention>/); an attention whose seeds
+split (some reach SUCCESS_THRESHOLD test accuracy and some do not) is trained at `more_seeds`
+too, so an outcome that can go either way is a rate over enough seeds. All runs are one sweep for scripts/compare.py: its multirun folder
 is <root> (study.train_commands' sweep_dir), whatever the seed folder. A sweep that spans
 sessions or machines resumes from the runs CSV compare.py wrote of it (`archived_runs`): the
 runs listed there count as finished.
@@ -28,7 +28,7 @@ Archive = Mapping[tuple[int, str], float | None]
 
 @dataclasses.dataclass(frozen=True)
 class SweepPoint(SettingsPoint):
-    """One seed of the sweep: every attention at it is trained by one multirun."""
+    """One seed of the sweep: every attention at it, each in its own train.py process."""
 
     seed: int
 
@@ -42,9 +42,10 @@ class SweepPoint(SettingsPoint):
 
     def commands(self, preset: str | None, names: Sequence[str], root: Path,
                  entries: Mapping[str, Sequence[str]] | None = None) -> list[list[str]]:
-        """train_commands into <root>/seed<s>/<name>/, labelled as the one sweep <root>."""
+        """train_commands into <root>/seed<s>/<name>/, labelled as the one sweep <root>, a
+        process per run: the sweep publishes each run's peak memory."""
         return train_commands(preset, self.settings, names, root / self.folder_name, entries,
-                              sweep_dir=root)
+                              sweep_dir=root, process_per_run=True)
 
 
 def archived_runs(records: Iterable[RunRecord], root: Path, task: str,

@@ -40,15 +40,21 @@ TRAIN_PY = CONF_DIR.parent / "train.py"
 
 def train_commands(preset: str | None, settings: Sequence[str], names: Sequence[str],
                    folder: Path, entries: Mapping[str, Sequence[str]] | None = None,
-                   sweep_dir: Path | None = None) -> list[list[str]]:
+                   sweep_dir: Path | None = None, process_per_run: bool = False
+                   ) -> list[list[str]]:
     """The train.py calls that train `names` with the point's `settings` (train.py overrides)
     under experiment=`preset` (None: the default config), one folder per name, <folder>/<name>/
     (summary.json, .hydra/config.yaml): the plain variants in one multirun (one process start
     for all), each name with study entries (a variant's settings or a hybrid's model.pattern,
     preset.load_grid) in its own call. `sweep_dir` (default `folder`, which it must hold) is
     the multirun folder the runs are compared by (summary.sweep_label): a sweep's seeds in
-    <sweep_dir>/seed<s>/ are one sweep."""
-    entries = entries or {}
+    <sweep_dir>/seed<s>/ are one sweep. With `process_per_run`, every name has its own call:
+    on CPU a run's peak memory is its process's resident set, which holds what earlier runs of
+    the process left in the heap (training.perf), so a published memory figure needs its own
+    process."""
+    entries = dict(entries or {})
+    if process_per_run:
+        entries = {name: entries.get(name, ()) for name in names}
     sweep_dir = sweep_dir or folder
     prefix = folder.relative_to(sweep_dir).as_posix()
 

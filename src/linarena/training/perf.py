@@ -1,16 +1,21 @@
 """Throughput and memory measurement: samples/s and real tokens/s of the training steps, peak
 memory of the run, parameter count; under DDP the final throughput counts every rank.
 
-Peak memory is the run's own, also when one process trains several runs (`train.py -m`): on CUDA
-the peak of tensor memory, reset when training starts; on CPU the peak resident set size of the
-process since training started (Linux: the high-water mark VmHWM is reset by writing "5" to
-/proc/self/clear_refs, then read from /proc/self/status). Where the mark cannot be reset (other
-systems, a kernel without it), the figure is the process's peak since it started (ru_maxrss),
-which under -m includes earlier jobs.
+Peak memory of the run: on CUDA the peak of tensor memory, reset when training starts, so each
+job of one `train.py -m` process has its own; on CPU the peak resident set size of the process
+since training started (Linux: the heap's free pages are handed back to the OS, glibc's
+malloc_trim, then the high-water mark VmHWM is reset by writing "5" to /proc/self/clear_refs and
+later read from /proc/self/status). Under -m that CPU figure still holds what earlier jobs left
+resident (scripts/maintainer/multirun_memory.py measures how much), so the published sweeps
+train each run in its own process. Where the mark cannot be reset (other systems, a kernel
+without it), the figure is the process's peak since it started (ru_maxrss).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import re
 import time
 from pathlib import Path
@@ -23,18 +28,39 @@ from torch.distributed import ReduceOp
 from linarena.metrics import PARAMS, PEAK_MEMORY_MB, SAMPLES_PER_SEC, TOKENS_PER_SEC
 from linarena.system import peak_rss_mb
 
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc (it has malloc_trim); None elsewhere."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+_LIBC = _glibc()
 PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 _HWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 
 
+def release_free_memory() -> None:
+    """Collect Python's garbage and hand the C heap's free pages back to the OS (glibc's
+    malloc_trim), so that the resident set holds only live memory: memory an earlier job of
+    the same process freed but the heap kept would count in this run's peak otherwise."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
 def reset_peak_memory(device: torch.device) -> bool:
     """Start a new peak: CUDA's peak statistics, or on CPU the process's resident-set high-water
-    mark (Linux). Returns False when the CPU mark cannot be reset (then the peak read later is
-    the process's since it started)."""
+    mark (Linux), after release_free_memory. Returns False when the CPU mark cannot be reset
+    (then the peak read later is the process's since it started)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return True
+    release_free_memory()
     try:
         PROC_CLEAR_REFS.write_text("5")  # 5: reset the peak RSS to the current RSS
     except OSError:
