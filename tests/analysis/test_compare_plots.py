@@ -3,6 +3,7 @@ sizes, the sweeps of one folder in one plot."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -81,3 +82,33 @@ def test_a_hybrid_stacks_colour_reads_apart_from_every_variants() -> None:
         nearest = min((name for name in [*variants, *hybrids] if name != hybrid),
                       key=lambda name, h=hybrid: distance(h, name))
         assert distance(hybrid, nearest) > 100, (hybrid, nearest)
+
+
+def test_throughput_tick_labels_never_overprint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """The ListOps sweep spans 2k-9k tokens/s over 18 attentions beside a wide legend: "5,000"
+    and "7,000" overprinted. No two x tick labels of the saved figure may overlap."""
+    from matplotlib.figure import Figure
+
+    names = variant_names()
+    tps = [2000.0 * (4.5 ** (i / (len(names) - 1))) for i in range(len(names))]
+    table = pd.DataFrame({"sweep": "runs", "attention": names, "n": 2,
+                          "test_acc_pct_mean": 40.0, "test_acc_pct_std": 1.0,
+                          "tokens_per_sec_mean": tps, "tokens_per_sec_std": 100.0,
+                          "peak_memory_mb_mean": 900.0})
+    figures: list[Figure] = []
+    savefig = Figure.savefig
+
+    def keeping(self, *args, **kwargs):
+        figures.append(self)
+        return savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keeping)
+    plot_accuracy_vs_throughput(table, "t", "runs", tmp_path / "scatter.png")
+    figure, = figures
+    boxes = sorted((label.get_window_extent() for label in
+                    figure.axes[0].get_xticklabels() if label.get_visible() and
+                    label.get_text()), key=lambda box: box.x0)
+    assert len(boxes) >= 3
+    assert all(left.x1 <= right.x0 for left, right in itertools.pairwise(boxes)), [
+        (box.x0, box.x1) for box in boxes]

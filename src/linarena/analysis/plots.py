@@ -220,10 +220,11 @@ def _log_throughput_axis(ax: Axes, tokens_per_sec: np.ndarray) -> None:
 
 
 def _compact(value: float) -> str:
-    """A tick label short enough for 6 per decade: 5,000, then 20k, 150k, 1.5M."""
+    """A tick label short enough for 6 per decade on a narrow axis: 500, 1.5k, 7k, 150k, 1.5M
+    ("5,000" beside "7,000" overprinted)."""
     if value >= 1e6:
         return f"{value / 1e6:g}M"
-    return f"{value / 1e3:g}k" if value >= 1e4 else f"{value:,.0f}"
+    return f"{value / 1e3:g}k" if value >= 1e3 else f"{value:,.0f}"
 
 
 def _zero_if_nan(value: float | None) -> float:
