@@ -14,7 +14,7 @@ without it), the figure is the process's peak since it started (ru_maxrss).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import gc
 import re
 import time
@@ -29,16 +29,18 @@ from linarena.metrics import PARAMS, PEAK_MEMORY_MB, SAMPLES_PER_SEC, TOKENS_PER
 from linarena.system import peak_rss_mb
 
 
-def _glibc() -> ctypes.CDLL | None:
-    """The C library where it is glibc (it has malloc_trim); None elsewhere."""
+@functools.cache
+def glibc() -> ctypes.CDLL | None:
+    """The process's C library where it is glibc (it has malloc_trim); None elsewhere. Looked up
+    on first use, from the symbols already loaded: no search (ctypes.util.find_library would
+    start ldconfig or a compiler at import)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
+        libc = ctypes.CDLL(None)
+    except (OSError, TypeError):  # TypeError: Windows takes no None
         return None
     return libc if hasattr(libc, "malloc_trim") else None
 
 
-_LIBC = _glibc()
 PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 _HWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
@@ -49,8 +51,9 @@ def release_free_memory() -> None:
     malloc_trim), so that the resident set holds only live memory: memory an earlier job of
     the same process freed but the heap kept would count in this run's peak otherwise."""
     gc.collect()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    libc = glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def reset_peak_memory(device: torch.device) -> bool:
