@@ -5,6 +5,7 @@
 # finished so far there, to commit before the sitting ends.
 #   bash scripts/maintainer/reruns.sh train [study|sweeps|tails ...]   the stages left, in order
 #   bash scripts/maintainer/reruns.sh snapshot        finished runs -> docs/results/in_progress/
+#                                                     (with the study's pair tests so far)
 # Training runs from a git worktree of one commit (CODE; default /tmp/linarena-reruns, made at
 # HEAD if missing), so that edits to this checkout never reach a running job; the runs go to
 # this checkout's outputs/, outside the worktree, so every sitting labels a sweep alike. The
@@ -50,6 +51,8 @@ snapshot() {
     if [[ -d "$STUDY" || -f "$KEEP/mqar_state_size_runs.csv" ]]; then
         python scripts/mqar_study.py --preset mqar_study_cpu --root "$STUDY" --report-only \
             $(resume "$KEEP/mqar_state_size_runs.csv") --out "$KEEP"
+        # its pairs (Fisher's test), for readings of the columns already complete
+        python scripts/maintainer/study_pairs.py --folder "$KEEP"
     fi
     if [[ -d "$OUT/sweeps" || -f "$KEEP/results_runs.csv" ]]; then
         mkdir -p "$OUT/sweeps"
