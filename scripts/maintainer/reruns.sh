@@ -5,7 +5,7 @@
 # finished so far there, to commit before the sitting ends.
 #   bash scripts/maintainer/reruns.sh train [study|sweeps|tails ...]   the stages left, in order
 #   bash scripts/maintainer/reruns.sh snapshot        finished runs -> docs/results/in_progress/
-#                                                     (with the study's pair tests so far)
+#                                                     (with the pair tests so far)
 # Training runs from a git worktree of one commit (CODE; default /tmp/linarena-reruns, made at
 # HEAD if missing), so that edits to this checkout never reach a running job; the runs go to
 # this checkout's outputs/, outside the worktree, so every sitting labels a sweep alike. The
@@ -58,6 +58,7 @@ snapshot() {
         mkdir -p "$OUT/sweeps"
         python scripts/compare.py --runs outputs/sweeps $(resume "$KEEP/results_runs.csv") \
             --published --out "$KEEP"
+        python scripts/maintainer/pairwise_tests.py --runs "$KEEP/results_runs.csv" --out "$KEEP"
     fi
     if [[ -d "$OUT/studies/mqar_step_budget" ]]; then
         python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
