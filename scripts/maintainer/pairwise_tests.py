@@ -4,8 +4,12 @@ Reads compare.py's per-run table (docs/results/results_runs.csv) and tests each 
 attentions of one sweep and task on their seeds' test accuracies: for a recall task (MQAR) the
 rates of seeds at 90% (Fisher's exact test), for the others the mean accuracy (the exact
 permutation test); the p-values of one sweep and task are adjusted together (Holm), so a pair is
-`separated` when its adjusted p < 0.05. Writes <out>/<name>.csv, one row per pair, with its
-provenance record: what the README's readings of the sweeps may call a difference.
+`separated` when its adjusted p < 0.05. Each row also has `p_floor`, the smallest p its test can
+give at the two seed counts (every seed of one above every seed of the other), and the summary
+says when a family cannot separate any pair at all (Holm's smallest adjusted p is the number of
+pairs times the smallest p): then it needs more seeds, not another reading. Writes
+<out>/<name>.csv, one row per pair, with its provenance record: what the README's readings of the
+sweeps may call a difference.
 
     python scripts/maintainer/pairwise_tests.py --out docs/results
 """
@@ -45,14 +49,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def pair_row(task: str, a: str, b: str, acc_a: pd.Series, acc_b: pd.Series) -> dict:
     """One pair's test: Fisher's on the rates at SUCCESS_THRESHOLD for a recall task (a failed
     run, without accuracy, is a seed that did not recall), else the permutation test on the
-    mean accuracy of the runs that have one; `value_*` is the rate or the mean."""
+    mean accuracy of the runs that have one; `value_*` is the rate or the mean, `p_floor` the
+    test's p for the most extreme outcome its seed counts allow."""
     if task in RECALL_TASKS:
+        n_a, n_b = len(acc_a), len(acc_b)
         k_a, k_b = int((acc_a >= SUCCESS_THRESHOLD).sum()), int((acc_b >= SUCCESS_THRESHOLD).sum())
-        return {"test": "fisher", "value_a": k_a / len(acc_a), "value_b": k_b / len(acc_b),
-                "p": fisher_exact(k_a, len(acc_a), k_b, len(acc_b))}
+        return {"test": "fisher", "value_a": k_a / n_a, "value_b": k_b / n_b,
+                "p": fisher_exact(k_a, n_a, k_b, n_b), "p_floor": fisher_exact(n_a, n_a, 0, n_b)}
     acc_a, acc_b = acc_a.dropna(), acc_b.dropna()
     return {"test": "permutation", "value_a": acc_a.mean(), "value_b": acc_b.mean(),
-            "p": permutation_p_value(list(acc_a), list(acc_b))}
+            "p": permutation_p_value(list(acc_a), list(acc_b)),
+            "p_floor": permutation_p_value([1.0] * len(acc_a), [0.0] * len(acc_b))}
 
 
 def pairs_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -82,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     for (sweep, task), group in table.groupby(["sweep", "task"], sort=False):
         print(f"{task} ({sweep}): {int(group['separated'].sum())} of {len(group)} pairs "
               f"separated (Holm-adjusted p < {ALPHA})")
+        smallest = min(1.0, len(group) * group["p_floor"].min())
+        if smallest >= ALPHA:
+            print(f"  at these seed counts no pair can be separated: Holm's smallest adjusted p "
+                  f"is {len(group)} x {group['p_floor'].min():.2g} = {smallest:.2g}; add seeds")
     return 0
 
 

@@ -30,8 +30,10 @@ train_study() {
 
 train_sweeps() {
     stage "sweeps: ListOps, then MQAR (one run at a time: tokens/s are each run's own)"
+    # ListOps at 10 seeds: 5 against 5 cannot separate any of its 153 pairs (pairwise_tests.py)
     python scripts/seed_sweep.py --root "$OUT/sweeps/listops" --jobs 1 --threads 2 \
-        $(resume "$KEEP/results_runs.csv") trainer.max_steps=300 "tags=[readme]"
+        $(resume "$KEEP/results_runs.csv") trainer.max_steps=300 "tags=[readme]" \
+        --seeds 1 2 3 4 5 6 7 8 9 10 --more-seeds
     python scripts/seed_sweep.py --preset mqar_cpu --root "$OUT/sweeps/mqar" --jobs 1 \
         --threads 2 $(resume "$KEEP/results_runs.csv") "tags=[readme]"
 }

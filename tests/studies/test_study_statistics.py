@@ -108,3 +108,24 @@ def test_pairwise_tests_use_rates_for_recall_and_means_otherwise(tmp_path) -> No
     assert mqar["p"] == pytest.approx(fisher_exact(5, 5, 0, 5)) and bool(mqar["separated"])
     assert listops["test"] == "permutation" and not bool(listops["separated"])
     assert (listops["value_a"], listops["value_b"]) == pytest.approx((0.40, 0.39))  # fractions
+
+
+@pytest.mark.parametrize("seeds, can_separate", [(5, False), (10, True)])
+def test_pairwise_tests_say_when_the_seeds_cannot_separate_any_pair(
+        tmp_path, capsys, seeds, can_separate) -> None:
+    # 5 attentions whose seeds never overlap: 10 pairs. At 5 seeds the permutation test's
+    # smallest p is 2/252 and Holm multiplies it by 10, past 0.05, so even these cannot be
+    # separated and the script must say so; 10 seeds (smallest p 2/184,756) separate them all.
+    runs = pd.DataFrame([{"sweep": "s", "task": "listops_small", "attention": f"a{i}",
+                          "seed": s, "test_acc_pct": 30.0 + 2 * i + s / 100}
+                         for i in range(5) for s in range(1, seeds + 1)])
+    runs.to_csv(tmp_path / "results_runs.csv", index=False)
+    script = load_script("scripts/maintainer/pairwise_tests.py")
+    assert script.main(["--runs", str(tmp_path / "results_runs.csv"), "--out",
+                        str(tmp_path)]) == 0
+    pairs = pd.read_csv(tmp_path / "results_pairs.csv")
+    floor = 2 / math.comb(2 * seeds, seeds)
+    assert pairs["p_floor"].to_numpy() == pytest.approx([floor] * 10)
+    assert pairs["p"].to_numpy() == pytest.approx([floor] * 10)  # the extreme outcome itself
+    assert bool(pairs["separated"].all()) is can_separate
+    assert ("no pair can be separated" in capsys.readouterr().out) is not can_separate
