@@ -360,3 +360,26 @@ def test_a_sweep_outside_the_log_dir_is_named_as_found_not_by_its_absolute_path(
     assert run_compare("--runs", "results/sweeps", "--out", "out") == 0
     table = pd.read_csv(tmp_path / "out" / "results.csv")
     assert list(table["sweep"]) == ["results/sweeps/mqar: experiment=mqar_cpu"]
+
+
+def test_a_note_heads_the_markdown_and_every_plot_title(
+        runs_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep still running is published as such (reruns.sh snapshot): --note tops results.md
+    and each scatter's title, so a plot copied alone still says it is partial."""
+    from matplotlib.axes import Axes
+
+    titles, set_title = [], Axes.set_title
+
+    def recording(self, label, *args, **kwargs):
+        titles.append(label)
+        return set_title(self, label, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "set_title", recording)
+    out = tmp_path / "out"
+    note = "PARTIAL: the runs finished so far"
+    assert run_compare("--runs", runs_dir, "--out", out, "--note", note) == 0
+    assert (out / "results.md").read_text().startswith(f"**{note}**\n\n|")
+    assert len(titles) == 2 and all(title.startswith(f"{note}\n") for title in titles)
+    assert run_compare("--runs", runs_dir, "--out", tmp_path / "plain") == 0
+    assert (tmp_path / "plain" / "results.md").read_text().startswith("|")
+    assert not any(title.startswith(note) for title in titles[2:])

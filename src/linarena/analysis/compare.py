@@ -69,6 +69,9 @@ def parse_args(argv: list[str] | None, default_out: Path) -> argparse.Namespace:
     parser.add_argument("--published", action="store_true",
                         help="add the published LRA accuracies (not measured here) as a column")
     parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument("--note", default=None,
+                        help="a line at the top of results.md and of every plot's title, e.g. "
+                             "'PARTIAL: the runs finished so far' for a sweep still running")
     parser.add_argument("--runs-command", default=None,
                         help="the command that made the runs, for the outputs' provenance "
                              "records (<out>/provenance.json)")
@@ -80,10 +83,11 @@ def folder_of(sweep: str) -> str:
     return sweep.split(": ", 1)[0]
 
 
-def write_plots(table: pd.DataFrame, out: Path) -> tuple[list[str], list[Path]]:
+def write_plots(table: pd.DataFrame, out: Path,
+                note: str | None = None) -> tuple[list[str], list[Path]]:
     """One scatter plot per multirun folder and task (the sweeps of one folder, e.g. the
-    trials of an Optuna search, share a plot); returns a line per folder for the listing and
-    the files written."""
+    trials of an Optuna search, share a plot), `note` atop each title; returns a line per
+    folder for the listing and the files written."""
     folders = sorted({folder_of(sweep) for sweep in table["sweep"]})
     # A task in one folder only keeps the plain name (stable across reruns that add folders);
     # a task several folders share gets the folder's number.
@@ -98,7 +102,7 @@ def write_plots(table: pd.DataFrame, out: Path) -> tuple[list[str], list[Path]]:
                 continue  # every run failed: nothing to place
             shared = folders_of_task[task] > 1
             name = f"scatter_{number}_{task}.png" if shared else f"scatter_{task}.png"
-            plot_accuracy_vs_throughput(rows, task, folder, out / name)
+            plot_accuracy_vs_throughput(rows, task, folder, out / name, note=note)
             written.append(out / name)
         listing.append(f"  {number}: {folder}")
     return listing, written
@@ -172,8 +176,10 @@ def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compar
     runs = runs_table(records)
     write_atomic(args.out / "results_runs.csv", lambda file: runs.to_csv(file, index=False))
     markdown = f"{to_markdown(table)}\n{trained_by(runs)}\n"
+    if args.note:
+        markdown = f"**{args.note}**\n\n{markdown}"
     write_atomic(args.out / "results.md", lambda file: file.write(markdown))
-    listing, plots = write_plots(table, args.out)
+    listing, plots = write_plots(table, args.out, args.note)
     command = command_line(REPO_ROOT / "scripts" / "compare.py", argv)
     record([args.out / "results.csv", args.out / "results_runs.csv", args.out / "results.md",
             *plots],

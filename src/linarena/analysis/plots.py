@@ -129,9 +129,11 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, path: Path) -> None:
+def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, path: Path,
+                                note: str | None = None) -> None:
     """Scatter of test accuracy against tokens/s for one task and one multirun folder, marker
-    area ~ peak memory, colour = attention (attention_color).
+    area ~ peak memory, colour = attention (attention_color); `note` (e.g. PARTIAL: ...) is
+    the title's first line.
 
     ``table`` has rows of :func:`linarena.analysis.table.aggregate_runs` (a sweep column and
     the ``<name>_mean`` / ``_std`` columns); rows without a finished run are left out. Error bars
@@ -182,6 +184,8 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
     title = f"{task}: accuracy vs throughput\n{short_text(folder, lines=1)}"
     if len(sweeps) == 1 and ": " in sweeps[0]:
         title += "\n" + short_text(_settings(sweeps[0]))
+    if note:
+        title = f"{short_text(note)}\n{title}"
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.margins(0.15)
