@@ -60,7 +60,7 @@ snapshot() {
         mkdir -p "$OUT/sweeps"
         python scripts/compare.py --runs outputs/sweeps $(resume "$KEEP/results_runs.csv") \
             --published --out "$KEEP" \
-            --note "PARTIAL: the sweeps' runs finished so far (n: the seeds of each row so far)"
+            --note "PARTIAL: the runs finished so far (n = seeds so far)"
         python scripts/maintainer/pairwise_tests.py --runs "$KEEP/results_runs.csv" --out "$KEEP"
     fi
     if [[ -d "$OUT/studies/mqar_step_budget" ]]; then
