@@ -17,7 +17,6 @@ sweeps may call a difference.
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ from linarena.studies.statistics import (
     fisher_exact,
     holm,
     permutation_p_value,
+    smallest_p,
 )
 from linarena.studies.study import write_report
 
@@ -47,16 +47,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@functools.cache
-def p_floor(recall: bool, n_a: int, n_b: int) -> float:
-    """The smallest p a pair's test can give at these seed counts: every seed of one above every
-    seed of the other (cached: most pairs of a sweep share their counts, and the permutation
-    test enumerates every split)."""
-    if recall:
-        return fisher_exact(n_a, n_a, 0, n_b)
-    return permutation_p_value([1.0] * n_a, [0.0] * n_b)
-
-
 def pair_row(task: str, a: str, b: str, acc_a: pd.Series, acc_b: pd.Series) -> dict:
     """One pair's test: Fisher's on the rates at SUCCESS_THRESHOLD for a recall task (a failed
     run, without accuracy, is a seed that did not recall), else the permutation test on the
@@ -66,11 +56,11 @@ def pair_row(task: str, a: str, b: str, acc_a: pd.Series, acc_b: pd.Series) -> d
         n_a, n_b = len(acc_a), len(acc_b)
         k_a, k_b = int((acc_a >= SUCCESS_THRESHOLD).sum()), int((acc_b >= SUCCESS_THRESHOLD).sum())
         return {"test": "fisher", "value_a": k_a / n_a, "value_b": k_b / n_b,
-                "p": fisher_exact(k_a, n_a, k_b, n_b), "p_floor": p_floor(True, n_a, n_b)}
+                "p": fisher_exact(k_a, n_a, k_b, n_b), "p_floor": smallest_p(True, n_a, n_b)}
     acc_a, acc_b = acc_a.dropna(), acc_b.dropna()
     return {"test": "permutation", "value_a": acc_a.mean(), "value_b": acc_b.mean(),
             "p": permutation_p_value(list(acc_a), list(acc_b)),
-            "p_floor": p_floor(False, len(acc_a), len(acc_b))}
+            "p_floor": smallest_p(False, len(acc_a), len(acc_b))}
 
 
 def pairs_table(runs: pd.DataFrame) -> pd.DataFrame:

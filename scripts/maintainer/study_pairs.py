@@ -3,11 +3,13 @@
 For each study point table found in --folder (mqar_state_size.csv; mqar_mixture.csv) and not
 marked stale in its provenance record, tests every pair of points that differ in one coordinate
 (linarena.studies.point_pairs): the state-size study's attention, d_model or short conv, the
-mixture's attention, kind of positions or test setting, the others held equal. Writes <out>/<table>_pairs.csv, one row per pair (the seeds at
-90% of each, their 95% Wilson intervals, Fisher's exact p and Holm's within the family; for the
-mixture also the exact permutation test of the mean accuracy, from its runs CSV beside it),
-with its provenance record: what the README's readings of the studies may call a difference.
-The small-budget sweeps have theirs in pairwise_tests.py.
+mixture's attention, kind of positions or test setting, the others held equal. Writes
+<out>/<table>_pairs.csv, one row per pair (the seeds at 90% of each, their 95% Wilson
+intervals, Fisher's exact p and Holm's within the family; for the mixture also the exact
+permutation test of the mean accuracy, from its runs CSV beside it), with its provenance
+record: what the README's readings of the studies may call a difference. Each p has its floor
+beside it, and the summary says which pairs and families no outcome of their seeds could
+separate. The small-budget sweeps have theirs in pairwise_tests.py.
 
     python scripts/maintainer/study_pairs.py --out docs/results
 """
@@ -94,7 +96,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}, {varied} varied: {int(group['separated'].sum())} of {len(group)} "
                   f"pairs separated (Fisher p < {ALPHA}), "
                   f"{int(group['separated_after_holm'].sum())} after Holm within each family")
+            print_floors(group)
     return 0
+
+
+def print_floors(group: pd.DataFrame) -> None:
+    """Say which of one varied coordinate's pairs and families no outcome of their seeds could
+    separate: a pair whose Fisher floor is not below ALPHA; a family whose Holm-adjusted floor
+    (its number of pairs times its smallest floor) is not. Those need seeds, not a reading."""
+    alone = int((group["fisher_p_floor"] >= ALPHA).sum())
+    families = group.groupby("fixed", sort=False)["fisher_p_floor"].agg(["size", "min"])
+    closed = int((families["size"] * families["min"] >= ALPHA).sum())
+    if alone:
+        print(f"  {alone} of {len(group)} pairs cannot be separated at their seed counts "
+              f"(Fisher's smallest p >= {ALPHA}); add seeds")
+    if closed:
+        print(f"  {closed} of {len(families)} families cannot separate any pair after Holm "
+              f"(pairs x smallest p >= {ALPHA}); add seeds or read named pairs")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,26 @@ def test_fisher_p_the_intervals_and_holm_within_the_family() -> None:
     assert pairs.loc[("16", "32"), "p_holm"] == pairs.loc[("16", "32"), "fisher_p"]
 
 
+def test_each_p_has_the_floor_its_seed_counts_allow(tmp_path: Path, capsys) -> None:
+    """3/3 against 0/3 is as far apart as 3 seeds go, yet Fisher's p is 0.1: the pair needs
+    seeds, and the table and the script's summary say so instead of a bare "not separated"."""
+    points = pd.DataFrame([point("elu", 16, 3, 0, 3), point("gla", 16, 3, 3, 3),
+                           point("retnet", 16, 3, 5, 5), point("elu", 32, 3, 0, 5)])
+    pairs = one_coordinate_pairs(points, COORDINATES).set_index(["a", "b"])
+    assert pairs.loc[("elu", "gla"), "fisher_p"] == pytest.approx(0.1, rel=1e-12)
+    assert pairs.loc[("elu", "gla"), "fisher_p_floor"] == pytest.approx(0.1, rel=1e-12)
+    assert not pairs.loc[("elu", "gla"), "separated"]
+    assert pairs.loc[("16", "32"), "fisher_p_floor"] == pytest.approx(1 / 56, rel=1e-12)  # 3, 5
+    points.to_csv(tmp_path / "mqar_state_size.csv", index=False)
+    assert load_script("scripts/maintainer/study_pairs.py").main(["--folder", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # Of the attention family's floors, elu-gla's 0.1 closes that pair alone; elu-retnet's (3
+    # against 5) is 1/C(8, 3) = 0.018, yet Holm's 3 x 0.018 = 0.054 closes the whole family.
+    assert "1 of 3 pairs cannot be separated at their seed counts" in out
+    assert "1 of 1 families cannot separate any pair after Holm" in out
+    assert "d_model varied" in out and out.count("cannot") == 2  # elu 16-32: floor 0.018
+
+
 def test_accuracies_that_fall_by_degrees_are_compared_where_no_seed_reaches_90() -> None:
     """Beyond the training length nothing reaches 90%, so Fisher cannot tell 0/5 at 80% from
     0/5 at 10%; the permutation test of the mean accuracy can: 5 seeds entirely above 5 others
@@ -64,8 +84,10 @@ def test_accuracies_that_fall_by_degrees_are_compared_where_no_seed_reaches_90()
     row, = one_coordinate_pairs(points, COORDINATES, accuracies).itertuples()
     assert row.fisher_p == 1.0 and not row.separated
     assert row.acc_p == pytest.approx(2 / 252, rel=1e-12)  # 5 against the 5 with an accuracy
+    assert row.acc_p_floor == pytest.approx(2 / 252, rel=1e-12)
     assert (row.median_acc_a, row.median_acc_b) == (0.5, 0.5)  # the point tables' medians
-    assert one_coordinate_pairs(points, COORDINATES)["acc_p"].isna().all()  # none given
+    assert one_coordinate_pairs(points, COORDINATES)[["acc_p", "acc_p_floor"]].isna().all(
+        axis=None)  # none given
 
 
 def test_a_table_that_is_not_a_point_table_is_refused_with_the_column_it_lacks() -> None:

@@ -13,6 +13,9 @@ adjustment of it within its family, for a reader who compares many pairs of one 
 Where the seeds' accuracies are given (the mixture: beyond the training length accuracy falls
 by degrees, so a rate at 90% says little where both points have none), each pair also gets the
 exact permutation test of the mean accuracy (acc_p; NaN where not given) beside the medians.
+Each p has its floor beside it (fisher_p_floor, acc_p_floor): the smallest p the pair's seed
+counts allow, so a reader sees when a pair is "not separated" because it has too few seeds
+(3 against 3: no outcome gives Fisher's p below 0.1) rather than because its seeds agree.
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from linarena.studies.statistics import ALPHA, fisher_exact, holm, permutation_p_value
+from linarena.studies.statistics import (
+    ALPHA,
+    fisher_exact,
+    holm,
+    permutation_p_value,
+    smallest_p,
+)
 
 PAIR_COLUMNS = ("varied", "fixed", "a", "b", "k_a", "n_a", "k_b", "n_b", "rate_a", "rate_b",
                 "ci_low_a", "ci_high_a", "ci_low_b", "ci_high_b", "intervals_overlap",
-                "fisher_p", "separated", "p_holm", "separated_after_holm", "median_acc_a",
-                "median_acc_b", "acc_p")
+                "fisher_p", "fisher_p_floor", "separated", "p_holm", "separated_after_holm",
+                "median_acc_a", "median_acc_b", "acc_p", "acc_p_floor")
 POINT_COLUMNS = ("n_seeds", "successes", "success_ci_low", "success_ci_high", "median_acc")
 # A point's seeds' test accuracies, keyed by its coordinates' values (in `coordinates` order).
 Accuracies = Mapping[tuple, Sequence[float]]
@@ -42,7 +51,7 @@ def one_coordinate_pairs(points: pd.DataFrame, coordinates: Sequence[str],
     """Every pair of `points` (rows with `coordinates` and POINT_COLUMNS) that differ in exactly
     one coordinate, in PAIR_COLUMNS: `varied` names that coordinate, `fixed` the others'
     values ("d_model=16, short_conv=3"), `a` and `b` the varied values, in the table's order;
-    acc_p from `accuracies` (a diverged seed's NaN left out), NaN without them."""
+    acc_p and its floor from `accuracies` (a diverged seed's NaN left out), NaN without them."""
     absent = [c for c in (*coordinates, *POINT_COLUMNS) if c not in points.columns]
     if absent:
         raise ValueError(f"the point table has no column {absent[0]!r}: is it a study's point "
@@ -54,7 +63,7 @@ def one_coordinate_pairs(points: pd.DataFrame, coordinates: Sequence[str],
         for fixed, family in points.groupby(others, sort=False):
             fixed = fixed if isinstance(fixed, tuple) else (fixed,)
             found = [_pair(varied, others, fixed, a, b)
-                     | {"acc_p": _accuracy_p(coordinates, a, b, accuracies)}
+                     | _accuracy_p(coordinates, a, b, accuracies)
                      for (_, a), (_, b) in itertools.combinations(family.iterrows(), 2)]
             for row, adjusted in zip(found, holm([r["fisher_p"] for r in found]), strict=True):
                 rows.append(row | {"p_holm": adjusted, "separated_after_holm": adjusted < ALPHA})
@@ -75,16 +84,19 @@ def _pair(varied: str, others: Sequence[str], fixed: tuple, a: pd.Series,
             "n_b": n_b, "rate_a": k_a / n_a, "rate_b": k_b / n_b,
             "ci_low_a": a["success_ci_low"], "ci_high_a": a["success_ci_high"],
             "ci_low_b": b["success_ci_low"], "ci_high_b": b["success_ci_high"],
-            "intervals_overlap": bool(overlap), "fisher_p": p, "separated": p < ALPHA,
+            "intervals_overlap": bool(overlap), "fisher_p": p,
+            "fisher_p_floor": smallest_p(True, n_a, n_b), "separated": p < ALPHA,
             "median_acc_a": a["median_acc"], "median_acc_b": b["median_acc"]}
 
 
 def _accuracy_p(coordinates: Sequence[str], a: pd.Series, b: pd.Series,
-                accuracies: Accuracies | None) -> float:
-    """The permutation test of the two points' mean accuracy over their seeds; NaN without
-    `accuracies` or without an accuracy on either side."""
-    if accuracies is None:
-        return float("nan")
+                accuracies: Accuracies | None) -> dict[str, float]:
+    """The permutation test of the two points' mean accuracy over their seeds (acc_p) and its
+    floor at their seed counts (acc_p_floor); NaN without `accuracies` or without an accuracy
+    on either side."""
     seeds = [[acc for acc in accuracies.get(tuple(point[c] for c in coordinates), ())
-              if acc == acc] for point in (a, b)]
-    return permutation_p_value(*seeds) if all(seeds) else float("nan")
+              if acc == acc] for point in (a, b)] if accuracies is not None else [[], []]
+    if not all(seeds):
+        return {"acc_p": float("nan"), "acc_p_floor": float("nan")}
+    return {"acc_p": permutation_p_value(*seeds),
+            "acc_p_floor": smallest_p(False, len(seeds[0]), len(seeds[1]))}

@@ -105,6 +105,19 @@ def permutation_p_value(a: Sequence[float], b: Sequence[float],
     return float(np.mean(np.abs(first / n_a - (total - first) / n_b) >= observed - tolerance))
 
 
+@functools.cache
+def smallest_p(rates: bool, n_a: int, n_b: int) -> float:
+    """The smallest p a pair's test can give at these seed counts, from the most extreme outcome
+    they allow (every seed of one above every seed of the other): Fisher's exact test if
+    `rates`, else the permutation test of the means. When it is not below the level a reading
+    uses, no outcome of these seeds can separate the pair: it needs seeds, not another reading.
+    Cached: the pairs of a table share their counts, and the permutation test enumerates every
+    split."""
+    if rates:
+        return fisher_exact(n_a, n_a, 0, n_b)
+    return permutation_p_value([1.0] * n_a, [0.0] * n_b)
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment of p-values tested together (in their order): a family of
     comparisons keeps its 5% error rate when each adjusted p is read against 0.05."""
