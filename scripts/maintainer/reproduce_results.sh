@@ -17,6 +17,8 @@ WHAT="${1:-all}"
 RESUME_FROM="${RESUME_FROM:-}"
 # --resume-from <RESUME_FROM>/<file> where RESUME_FROM is set and holds the file.
 resume() { if [[ -n "$RESUME_FROM" && -f "$RESUME_FROM/$1" ]]; then echo "--resume-from $RESUME_FROM/$1"; fi; }
+# The sweeps' commands, shared with reruns.sh.
+source scripts/maintainer/sweep_commands.sh
 # Every variant of conf/attention/, comma-separated for Hydra's multirun.
 ATTENTIONS="$(python -c "from linarena.attention.variants import variant_names; print(','.join(variant_names()))")"
 
@@ -45,11 +47,11 @@ if [[ "$WHAT" == all || "$WHAT" == sweeps ]]; then
     echo "== small-budget sweeps: listops_small 300 steps, every attention x seeds 1-10 (5"
     echo "   against 5 cannot separate any of its 153 pairs); mqar_cpu, seeds 1-5, 6-10 where they"
     echo "   split (resumable; one run at a time, 2 threads: tokens/s and memory each run's alone)"
-    LISTOPS="python scripts/seed_sweep.py --root outputs/sweeps/listops --jobs 1 --threads 2 $(resume results_runs.csv) trainer.max_steps=300 tags=[readme] --seeds 1 2 3 4 5 6 7 8 9 10 --more-seeds"
-    MQAR="python scripts/seed_sweep.py --preset mqar_cpu --root outputs/sweeps/mqar --jobs 1 --threads 2 $(resume results_runs.csv) tags=[readme]"
+    LISTOPS="$(listops_sweep outputs/sweeps "$(resume results_runs.csv)")"
+    MQAR="$(mqar_sweep outputs/sweeps "$(resume results_runs.csv)")"
     mkdir -p outputs/sweeps
-    $LISTOPS
-    $MQAR
+    run_line "$LISTOPS"
+    run_line "$MQAR"
     python scripts/compare.py --runs outputs/sweeps $(resume results_runs.csv) --published \
         --out "$OUT" --runs-command "$LISTOPS; $MQAR"
     python scripts/maintainer/pairwise_tests.py --out "$OUT"

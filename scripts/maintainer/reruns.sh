@@ -21,6 +21,8 @@ STUDY="$OUT/studies/mqar_study_cpu"
 stage() { echo "=== $(date -u +%FT%TZ) $*"; }
 # --resume-from <file> where the file is there (a first sitting has none).
 resume() { if [[ -f "$1" ]]; then echo "--resume-from $1"; fi; }
+# The sweeps' commands, shared with reproduce_results.sh.
+source "$REPO/scripts/maintainer/sweep_commands.sh"
 
 train_study() {
     stage "state size, every width"
@@ -30,12 +32,8 @@ train_study() {
 
 train_sweeps() {
     stage "sweeps: ListOps, then MQAR (one run at a time: tokens/s are each run's own)"
-    # ListOps at 10 seeds: 5 against 5 cannot separate any of its 153 pairs (pairwise_tests.py)
-    python scripts/seed_sweep.py --root "$OUT/sweeps/listops" --jobs 1 --threads 2 \
-        $(resume "$KEEP/results_runs.csv") trainer.max_steps=300 "tags=[readme]" \
-        --seeds 1 2 3 4 5 6 7 8 9 10 --more-seeds
-    python scripts/seed_sweep.py --preset mqar_cpu --root "$OUT/sweeps/mqar" --jobs 1 \
-        --threads 2 $(resume "$KEEP/results_runs.csv") "tags=[readme]"
+    run_line "$(listops_sweep "$OUT/sweeps" "$(resume "$KEEP/results_runs.csv")")"
+    run_line "$(mqar_sweep "$OUT/sweeps" "$(resume "$KEEP/results_runs.csv")")"
 }
 
 train_tails() {

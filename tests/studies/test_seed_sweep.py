@@ -5,11 +5,12 @@ runs in one sweep for compare.py."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers.paths import load_script
+from helpers.paths import REPO_ROOT, load_script
 from helpers.training import compose_config
 
 from linarena.analysis.runs import RunRecord
@@ -150,3 +151,31 @@ def test_an_archived_run_must_have_the_task_and_budget_a_run_of_the_sweep_record
     assert sweep_protocol(None, ["trainer.max_steps=300", "tags=[readme]"]) == (
         "listops_small", 300)
     assert sweep_protocol("mqar_cpu", ["trainer.max_steps=20"]) == ("mqar", 20)
+
+
+def sweep_line(function: str, root: str, resume: str) -> list[str]:
+    """The command line scripts/maintainer/sweep_commands.sh prints, as run_line splits it."""
+    script = REPO_ROOT / "scripts" / "maintainer" / "sweep_commands.sh"
+    shown = subprocess.run(["bash", "-c", f'source "{script}"; {function} "$1" "$2"', "-", root,
+                            resume], capture_output=True, text=True, check=True).stdout
+    return shown.split()
+
+
+def test_both_maintainer_scripts_train_the_published_sweeps_with_one_definition() -> None:
+    """reruns.sh (across sittings) and reproduce_results.sh (publication) must train the same
+    runs: both take their command lines from sweep_commands.sh, and those lines are the sweeps
+    the README publishes (ListOps at seeds 1-10, MQAR's preset at 1-5 and 6-10 where split)."""
+    for name in ("reruns.sh", "reproduce_results.sh"):
+        text = (REPO_ROOT / "scripts" / "maintainer" / name).read_text()
+        assert "sweep_commands.sh" in text and "run_line" in text and "seed_sweep.py" not in text
+    seed_sweep_script = load_script("scripts/seed_sweep.py")
+    listops = sweep_line("listops_sweep", "outputs/sweeps", "--resume-from runs.csv")
+    assert listops[:2] == ["python", "scripts/seed_sweep.py"]
+    args = seed_sweep_script.parse_args(listops[2:])
+    assert (args.root, args.preset, args.seeds, args.more_seeds, args.resume_from) == (
+        Path("outputs/sweeps/listops"), None, list(range(1, 11)), [], Path("runs.csv"))
+    assert args.overrides == ["trainer.max_steps=300", "tags=[readme]"]
+    args = seed_sweep_script.parse_args(sweep_line("mqar_sweep", "out", "")[2:])
+    assert (args.root, args.preset, args.seeds, args.more_seeds, args.resume_from) == (
+        Path("out/mqar"), "mqar_cpu", [1, 2, 3, 4, 5], [6, 7, 8, 9, 10], None)
+    assert args.overrides == ["tags=[readme]"]

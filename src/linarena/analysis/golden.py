@@ -46,8 +46,8 @@ STUDY_PRESET = "mqar_study_cpu"      # the presets of the published studies
 MIXTURE_PRESET = "mqar_mixture_cpu"
 
 SWEEPS_RERUN = ("bash scripts/maintainer/reproduce_results.sh sweeps (scripts/seed_sweep.py "
-                "over every attention, seeds 1-5 and 6-10 where they split, for ListOps and "
-                "mqar_cpu, then scripts/compare.py --published --out docs/results)")
+                "over every attention: ListOps at seeds 1-10, mqar_cpu at 1-5 and 6-10 where "
+                "they split; then scripts/compare.py --published --out docs/results)")
 STUDY_RERUN = ("python scripts/mqar_study.py --preset mqar_study_cpu --jobs 2 "
                "--out docs/results, then scripts/mqar_step_budget.py (bash "
                "scripts/maintainer/reproduce_results.sh study runs both)")
