@@ -3,9 +3,10 @@
 #   listops_sweep <root> [<--resume-from file>]    prints the ListOps sweep's command line
 #   mqar_sweep <root> [<--resume-from file>]       prints the MQAR sweep's command line
 #   run_line "<command line>"                      runs a printed line, split on spaces only
-# <root> holds the sweeps' runs (listops/, mqar/ under it). The printed line is also what the
-# published provenance records as the command that trained the runs. One run at a time on 2
-# threads, so each run's tokens/s and memory are its own.
+# <root> holds the sweeps' runs (listops/, mqar/ under it; no spaces in paths, as run_line
+# splits on them). The printed line is also what the published provenance records as the
+# command that trained the runs. One run at a time on 2 threads, so each run's tokens/s and
+# memory are its own.
 
 # ListOps at 10 seeds: 5 against 5 cannot separate any of its 153 pairs (pairwise_tests.py).
 listops_sweep() {
