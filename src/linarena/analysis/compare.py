@@ -21,6 +21,7 @@ it wrote before (``--resume-from``, linarena.analysis.runs_archive).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -42,6 +43,7 @@ from linarena.analysis.runs import (
 from linarena.analysis.runs_archive import load_runs_csv, with_archive
 from linarena.analysis.table import aggregate_runs, runs_table, to_markdown
 from linarena.files import write_atomic
+from linarena.metrics import TOKENS_PER_SEC
 
 
 def parse_args(argv: list[str] | None, default_out: Path) -> argparse.Namespace:
@@ -138,6 +140,36 @@ def steps_warnings(records: Iterable[RunRecord]) -> list[str]:
             for task, budgets in sweeps.items() if len(budgets) > 1]
 
 
+# A run below this share of its other seeds' median tokens/s was most likely slowed by something
+# else on the machine: on the shared 2-core VM the seeds of one attention differ by up to about
+# 25% (docs/results/results_runs.csv), a run contended by another process by 2-6x.
+CONTENDED_SHARE = 0.5
+
+
+def throughput_warnings(records: Iterable[RunRecord]) -> list[str]:
+    """A warning per run whose tokens/s is below CONTENDED_SHARE of the median of the other
+    seeds (at least 2) of its sweep, task and attention: its tokens/s is in the row's mean as
+    measured, so rerun it on an idle machine (remove its folder and resume the sweep)."""
+    groups: dict[tuple[str, str, str], list[RunRecord]] = {}
+    for run in records:
+        if run.metrics.get(TOKENS_PER_SEC.key) is not None:
+            groups.setdefault((run.sweep, run.task, run.attention), []).append(run)
+    warnings = []
+    for (sweep, task, attention), runs in groups.items():
+        for run in runs:
+            others = [other.metrics[TOKENS_PER_SEC.key] for other in runs if other is not run]
+            if len(others) < 2:
+                continue
+            share = run.metrics[TOKENS_PER_SEC.key] / statistics.median(others)
+            if share < CONTENDED_SHARE:
+                warnings.append(
+                    f"{task}/{attention} seed {run.seed} ({sweep}) ran at "
+                    f"{run.metrics[TOKENS_PER_SEC.key]:,.0f} tokens/s, {share:.2f} x the median "
+                    f"of its other seeds: was the machine busy? Its tokens/s is in the mean; "
+                    f"rerun it on an idle machine ({run.source})")
+    return warnings
+
+
 def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compare")) -> int:
     """scripts/compare.py; returns the exit status (2 for bad input, with a one-line error)."""
     args = parse_args(argv, default_out)
@@ -168,7 +200,7 @@ def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compar
     failed = failed_note(records)
     for note in [*notes, *([failed] if failed else [])]:
         print(f"note: {note}")
-    for warning in steps_warnings(records):
+    for warning in [*steps_warnings(records), *throughput_warnings(records)]:
         print(f"warning: {warning}")
     table = aggregate_runs(records, published=args.published)
     args.out.mkdir(parents=True, exist_ok=True)
