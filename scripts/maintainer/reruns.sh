@@ -9,8 +9,11 @@
 # Training runs from a git worktree of one commit (CODE; default /tmp/linarena-reruns, made at
 # HEAD if missing), so that edits to this checkout never reach a running job; the runs go to
 # this checkout's outputs/, outside the worktree, so every sitting labels a sweep alike. The
-# sweeps publish tokens/s: run nothing beside them. Publishing the finished stages is
-# reproduce_results.sh's job, resumed from these rows:
+# sweeps publish tokens/s: run nothing beside them. `nice` alone does not make a command yield
+# to them where the kernel groups processes by session (/proc/sys/kernel/sched_autogroup_enabled
+# is 1): run `echo 19 > /proc/self/autogroup` in the shell first, so its whole session yields;
+# compare.py names a run whose tokens/s fell below half its other seeds'. Publishing the
+# finished stages is reproduce_results.sh's job, resumed from these rows:
 #   RESUME_FROM=docs/results/in_progress bash scripts/maintainer/reproduce_results.sh <stage>
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
