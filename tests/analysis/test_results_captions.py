@@ -131,3 +131,26 @@ def test_every_one_run_command_is_one_the_scripts_take() -> None:
         args = parse(words[2:])
         assert len(args.lengths) == 1 and len(getattr(args, "attentions", None) or
                                               args.variants) == 1, command
+
+
+def test_the_training_one_run_line_gives_what_that_seed_published(folder: Path) -> None:
+    """The command trains seed 1: its line gives seed 1's own accuracy from the runs CSV (what
+    the command reproduces), beside the statistic the table shows, a median for recall."""
+    table = pd.read_csv(folder / "results.csv")
+    first = table.groupby("task", sort=False).head(1)
+    runs = pd.DataFrame([{"sweep": row["sweep"], "task": row["task"],
+                          "attention": row["attention"], "seed": seed,
+                          "test_acc_pct": 41.25 + seed} for _, row in first.iterrows()
+                         for seed in (2, 1)])
+    runs.to_csv(folder / "results_runs.csv", index=False)
+    text = render("training", folder)
+    lines = [line for line in text.splitlines() if line.startswith("One run:")]
+    assert len(lines) == len(first)
+    for line, (_, row) in zip(lines, first.iterrows(), strict=True):
+        assert "seed 1: test accuracy 42.25% in results_runs.csv" in line, line
+        if row["task"] == "mqar" and "median_acc" in table.columns:
+            assert f"median {100 * row['median_acc']:.1f}%" in line, line
+        else:
+            assert f"mean {row['test_acc_pct_mean']:.2f}%" in line, line
+    (folder / "results_runs.csv").unlink()  # the published sweeps before issue #26 had none
+    assert "as the mean of" in render("training", folder)

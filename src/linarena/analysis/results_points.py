@@ -18,6 +18,7 @@ from linarena.analysis.order import attention_label as label
 from linarena.analysis.provenance import load
 from linarena.analysis.result_files import read_csv_checked
 from linarena.studies.runs import NUMERIC_COLUMNS, RUN_COLUMNS
+from linarena.studies.statistics import RECALL_TASKS
 
 # Columns of the attention benchmark that are not conf/attention/ variants.
 REFERENCE_LABELS = {"einsum_elu": "einsum elu+1", "performer_pytorch": "performer-pytorch"}
@@ -124,8 +125,29 @@ def model_point(folder: Path) -> list[str]:
                            "in the table")]
 
 
+def _seed_one_accuracy(folder: Path, row: pd.Series) -> float | None:
+    """Seed 1's test accuracy (%) of `row`'s sweep, task and attention in compare.py's per-run
+    CSV beside results.csv; None where there is no such file or row."""
+    path = folder / "results_runs.csv"
+    if not path.is_file():
+        return None
+    runs = read_csv_checked(path, ["sweep", "task", "attention", "seed", "test_acc_pct"],
+                            ["seed", "test_acc_pct"])
+    match = runs[(runs["sweep"] == row["sweep"]) & (runs["task"] == row["task"])
+                 & (runs["attention"] == row["attention"]) & (runs["seed"] == 1)]
+    return None if match.empty else float(match["test_acc_pct"].iloc[0])
+
+
+def _table_statistic(row: pd.Series) -> str:
+    """What the training table shows of `row`: the median for recall tasks, else the mean."""
+    if row["task"] in RECALL_TASKS and pd.notna(row.get("median_acc")):
+        return f"median {100 * row['median_acc']:.1f}%"
+    return f"mean {row['test_acc_pct_mean']:.2f}%"
+
+
 def training_point(folder: Path) -> list[str]:
-    """A run of each task: the first attention of its sweep, seed 1, with the sweep's settings."""
+    """A run of each task: the first attention of its sweep, seed 1, with the sweep's settings,
+    and seed 1's own accuracy where the per-run CSV has it (the command reproduces that)."""
     table = training_csv(folder / "results.csv")
     lines = []
     for _, rows in table.groupby("task", sort=False):
@@ -134,9 +156,14 @@ def training_point(folder: Path) -> list[str]:
         command = " ".join(word for word in ("python train.py", settings,
                                              f"attention={row['attention']}", "seed=1") if word)
         took = _took(rows.get("duration_s_median", pd.Series(dtype=float)))
-        lines.append(_line(command, f"{row['task']}, {label(row['attention'])}: test accuracy "
-                                    f"{row['test_acc_pct_mean']:.2f}% as the mean of "
-                                    f"{int(row['n'])} seeds in the table{took}"))
+        seed_one = _seed_one_accuracy(folder, row)
+        if seed_one is None:
+            value = (f": test accuracy {row['test_acc_pct_mean']:.2f}% as the mean of "
+                     f"{int(row['n'])} seeds in the table")
+        else:
+            value = (f", seed 1: test accuracy {seed_one:.2f}% in results_runs.csv; the table's "
+                     f"{int(row['n'])} seeds: {_table_statistic(row)}")
+        lines.append(_line(command, f"{row['task']}, {label(row['attention'])}{value}{took}"))
     return lines
 
 
