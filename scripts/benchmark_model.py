@@ -46,7 +46,8 @@ from linarena.errors import LinarenaError
 
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 TINY_LENGTHS = (16, 32, 64)
-DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
+                 "bfloat16": "bfloat16"}
 CPU_DEFAULT_MAX_SECONDS = 300.0
 
 
@@ -78,7 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=positive_float, default=None,
                         help="skip a case whose predicted time (previous length's time x growth "
                              "x calls) exceeds this; on CPU also kills a case after twice it "
-                             f"plus start-up (default {CPU_DEFAULT_MAX_SECONDS:g} on CPU, none on CUDA)")
+                             f"plus start-up (default {CPU_DEFAULT_MAX_SECONDS:g} on CPU, "
+                             "none on CUDA)")
     parser.add_argument("--out", type=Path, default=OUTPUT_DIR,
                         help="folder for benchmark_model.csv and .png (default: "
                              "outputs/benchmarks/ in the repository)")

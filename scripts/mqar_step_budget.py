@@ -6,7 +6,8 @@ lr seeds), and trains every seed the study ran there with trainer.max_steps=--ma
 each in <root>/<run id>/ (finished runs are skipped, so the command resumes; --resume-from the
 runs CSV it wrote counts those runs as finished too). Then writes into --out <name>_runs.csv
 (the longer runs), <name>.csv (per point, both budgets: median test accuracy, seeds at 90%
-with the success rate's 95% Wilson interval, median best step, median gain) and <name>.md (that table), with their provenance records.
+with the success rate's 95% Wilson interval, median best step, median gain) and <name>.md (that
+table), with their provenance records.
 
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \\
         --max-steps 4000 --jobs 2 --out docs/results --study docs/results/mqar_state_size_runs.csv

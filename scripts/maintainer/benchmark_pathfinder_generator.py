@@ -1,6 +1,7 @@
 """Time writing generated Pathfinder images to disk with worker processes, and extrapolate.
 
-    PYTHONPATH=src python scripts/maintainer/benchmark_pathfinder_generator.py --out docs/pathfinder/generation_speed.csv
+    PYTHONPATH=src python scripts/maintainer/benchmark_pathfinder_generator.py \\
+        --out docs/pathfinder/generation_speed.csv
 
 Reports wall time and the CPU time of the workers (PNG encoding and writing included); on a
 shared machine the CPU time divided by the worker count is the time on that many free cores.

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cores of conf/attention/ (default: a feature map, a recurrence)")
     parser.add_argument("--length", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/compile_benchmark.csv"))
+    parser.add_argument("--out", type=Path,
+                        default=Path("outputs/benchmarks/compile_benchmark.csv"))
     args = parser.parse_args(argv)
     try:
         names = check_variant_names(args.attentions)

@@ -1,7 +1,9 @@
 """Draw contact sheets of generated Pathfinder images: per difficulty, both labels.
 
-    PYTHONPATH=src python scripts/maintainer/pathfinder_contact_sheet.py --resolution 32 --out docs/pathfinder
-    PYTHONPATH=src python scripts/maintainer/pathfinder_contact_sheet.py --resolution 128 --out docs/pathfinder
+    PYTHONPATH=src python scripts/maintainer/pathfinder_contact_sheet.py --resolution 32 \\
+        --out docs/pathfinder
+    PYTHONPATH=src python scripts/maintainer/pathfinder_contact_sheet.py --resolution 128 \\
+        --out docs/pathfinder
 
 Writes ``<out>/pathfinder<resolution>.png``: one row per difficulty and label, ``--per-row``
 images each, shown pixel for pixel (scaled up by ``--zoom`` with nearest neighbours).

@@ -1,10 +1,12 @@
 """Statistics of generated Pathfinder images, to compare with the original generator's.
 
-    PYTHONPATH=src python scripts/maintainer/pathfinder_statistics.py --out docs/pathfinder/statistics.csv
+    PYTHONPATH=src python scripts/maintainer/pathfinder_statistics.py \\
+        --out docs/pathfinder/statistics.csv
 
 One row per (resolution, difficulty): the shares of non-zero, faint (1 to 6) and above-128
-pixels (``pathfinder_cues.pixel_shares``), marker distance per label, the held-out accuracy of rules fitted on the marker distance and on
-the ink count (``linarena.data.pathfinder_cues``; chance is 0.5), and the CPU time per image.
+pixels (``pathfinder_cues.pixel_shares``), marker distance per label, the held-out accuracy of rules
+fitted on the marker distance and on the ink count (``linarena.data.pathfinder_cues``; chance is
+0.5), and the CPU time per image.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
     python scripts/maintainer/provenance.py           # every record, stale ones flagged
     python scripts/maintainer/provenance.py --check   # exit 1 if a file has no record
-    python scripts/maintainer/provenance.py --stale mqar_state_size.csv --reason "xavier init changed"
+    python scripts/maintainer/provenance.py --stale mqar_state_size.csv \\
+        --reason "xavier init changed"
 
 A stale mark (commit, reason) shows beside the result's table in the README after
 `python scripts/maintainer/results_tables.py`; rerunning the result (its record's command)

@@ -78,7 +78,8 @@ def test_every_attention_config_runs(what: str) -> None:
 
 
 def test_unknown_attention_lists_valid_names() -> None:
-    with pytest.raises(ValueError, match=r"unknown attention variant\(s\) \['flash'\]: valid names are \['softmax', "):
+    with pytest.raises(ValueError, match=r"unknown attention variant\(s\) \['flash'\]: "
+                                         r"valid names are \['softmax', "):
         bench_cases.load_attention_partial(make_spec(16, "flash"))
 
 

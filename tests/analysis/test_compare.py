@@ -71,12 +71,14 @@ def run_compare(*argv: str) -> int:
 
 def test_table_has_seed_means_and_sample_std(runs_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert run_compare("--runs", runs_dir, "--out", out, "--runs-command", "python train.py -m") == 0
+    assert run_compare("--runs", runs_dir, "--out", out,
+                       "--runs-command", "python train.py -m") == 0
     table = pd.read_csv(out / "results.csv").set_index(["task", "attention"])
     assert len(table) == 4
     records = json.loads((out / "provenance.json").read_text())
     assert {"results.csv", "results.md"} <= set(records)
-    assert records["results.csv"]["command"].startswith("python train.py -m; then python scripts/compare.py")
+    assert records["results.csv"]["command"].startswith("python train.py -m; then python "
+                                                        "scripts/compare.py")
     row = table.loc[("listops", "softmax")]
     assert row["n"] == 3
     assert row["test_acc_pct_mean"] == pytest.approx(35.0)

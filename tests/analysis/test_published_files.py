@@ -89,8 +89,8 @@ def test_rows_the_provenance_promises_must_be_there(tmp_path: Path) -> None:
     assert load(tmp_path)["t.csv"]["rows"] == 3
     assert len(read_csv_checked(path, ["a"])) == 3
     path.write_text("a\n1\n2\n")  # cut at a line end: it still parses
-    with pytest.raises(ResultFileError, match=r"t\.csv: damaged, 2 rows, but its provenance record .* "
-                                              r"promises 3"):
+    with pytest.raises(ResultFileError, match=r"t\.csv: damaged, 2 rows, but its provenance "
+                                              r"record .* promises 3"):
         read_csv_checked(path, ["a"])
 
 
@@ -141,7 +141,8 @@ def test_a_damaged_study_csv_is_called_damaged_not_another_study(tmp_path: Path)
     runs = pd.read_csv(PUBLISHED_DIR / "mqar_state_size_runs.csv")
     runs.loc[3, "max_steps"] = None  # a blank cell where the protocol needs a value
     runs.to_csv(path, index=False)
-    with pytest.raises(ResultFileError, match=rf"{path}:5: damaged, no value in column 'max_steps'"):
+    with pytest.raises(ResultFileError,
+                       match=rf"{path}:5: damaged, no value in column 'max_steps'"):
         load_archive(path, protocol)
     assert len(RUN_COLUMNS) == len(runs.columns)
 

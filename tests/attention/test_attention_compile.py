@@ -1,5 +1,6 @@
-"""torch.compile: every variant (cores and whole layers), both modes, traces as one graph (fullgraph=True) and gives the
-eager outputs and gradients, padding included; the recurrent step compiles too.
+"""torch.compile: every variant (cores and whole layers), both modes, traces as one graph
+(fullgraph=True) and gives the eager outputs and gradients, padding included; the recurrent step
+compiles too.
 
 The tests use the aot_eager backend: it runs Dynamo's tracing and AOT autograd, which is where
 compile support breaks (graph breaks, untraceable ops in a custom backward), without spending

@@ -212,7 +212,8 @@ def test_integer_inputs_are_refused(name):
     """Integer q, k, v used to come back as truncated integer outputs."""
     attn = build(name, causal=False, head_dim=8)
     x = torch.randint(0, 5, (1, 1, 4, 8))
-    with pytest.raises(ValueError, match=r"q must be a floating-point tensor, got dtype torch\.int64"):
+    with pytest.raises(ValueError,
+                       match=r"q must be a floating-point tensor, got dtype torch\.int64"):
         attn(x, x, x)
 
 

@@ -111,7 +111,8 @@ STATE_FAULTS = [  # (case, how the state was made, message)
 ]
 
 
-@pytest.mark.parametrize(("case", "make", "message"), STATE_FAULTS, ids=[c[0] for c in STATE_FAULTS])
+@pytest.mark.parametrize(("case", "make", "message"), STATE_FAULTS,
+                         ids=[c[0] for c in STATE_FAULTS])
 def test_step_refuses_a_state_of_another_layer_or_batch(case, make, message):
     attn = EluAttention(8, causal=True)
     x = torch.randn(2, 1, 8)

@@ -52,7 +52,8 @@ def test_chunked_equals_quadratic_reference(kind, strength, chunk_size, causal):
 
 @pytest.mark.parametrize("kind", GATES)
 def test_long_sequence_with_sub_chunks_equals_reference(kind):
-    # 150 tokens: three chunks of 64 (the last partial), per-feature gates in halves down to 4-token leaves.
+    # 150 tokens: three chunks of 64 (the last partial), per-feature gates in halves down to
+    # 4-token leaves.
     q, k, v = qkv(length=150)
     gate = log_gate(kind, 2.0, length=150)
     for causal in (True, False):

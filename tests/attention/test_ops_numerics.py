@@ -11,7 +11,8 @@ from linarena.attention.ops import delta_rule, gated_linear_attention
 
 
 def case(op: str, length=16, dim=8, dtype=torch.float32, seed=0):
-    """(args, kwargs) for one call of `op`: per-feature gates for GLA, per-head for the delta rule."""
+    """(args, kwargs) for one call of `op`: per-feature gates for GLA, per-head for the delta
+    rule."""
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, 2, length, dim, generator=g) for _ in range(3))
     if op == "gla":
@@ -59,7 +60,8 @@ def test_compiles_as_one_graph_and_matches_eager(op, causal):
     args = [x.requires_grad_(True) for x in args]
     mask = torch.arange(21)[None, :] < 15
     results = []
-    # Chunks of 18 tokens: two chunks, the second partial; per-feature gates in halves (padded to 32 inside).
+    # Chunks of 18 tokens: two chunks, the second partial; per-feature gates in halves (padded
+    # to 32 inside).
     for f in (torch.compile(fn, backend="aot_eager", fullgraph=True), fn):
         out = f(*args, causal=causal, mask=mask, chunk_size=18)
         results.append((out, *torch.autograd.grad((out * out.cos()).sum(), args)))
@@ -109,6 +111,7 @@ def saved_floats_per_token(fn, args, length: int) -> float:
 @pytest.mark.parametrize("op", OPS)
 def test_autograd_memory_is_linear_in_length_and_below_a_state_per_token(op):
     dim = 64
-    per_token = [saved_floats_per_token(*case(op, length=n, dim=dim), length=n) for n in (512, 1024)]
+    per_token = [saved_floats_per_token(*case(op, length=n, dim=dim), length=n)
+                 for n in (512, 1024)]
     assert per_token[1] <= 1.02 * per_token[0]
     assert per_token[1] < dim * dim / 2  # a k_dim x v_dim state per token would be dim * dim

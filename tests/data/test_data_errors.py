@@ -55,7 +55,8 @@ def test_listops_expression_that_is_not_a_tree_is_refused_with_file_and_line(
     tmp_path: Path, expression: str
 ) -> None:
     folder = write_listops_release(tmp_path)
-    (folder / "basic_test.tsv").write_text(f"Source\tTarget\n( ( [MAX 2 ) 9 ] )\t9\n{expression}\t9\n")
+    (folder / "basic_test.tsv").write_text("Source\tTarget\n( ( [MAX 2 ) 9 ] )\t9\n"
+                                           f"{expression}\t9\n")
     with pytest.raises(DataFormatError, match=r"basic_test\.tsv:3: not a ListOps expression"):
         listops(tmp_path).setup()
 
@@ -78,7 +79,8 @@ def test_pathfinder_metadata_that_is_not_utf8_is_named(tmp_path: Path) -> None:
 def test_pathfinder_without_usable_images_says_what_to_change(tmp_path: Path) -> None:
     write_pathfinder_release(tmp_path, empty=tuple(range(12)))
     dm = PathfinderDataModule(tmp_path, source="official", num_val=2, num_test=2)
-    with pytest.raises(DataConfigError, match=r"only 0 usable Pathfinder images.*data.num_val") as err:
+    with pytest.raises(DataConfigError,
+                       match=r"only 0 usable Pathfinder images.*data.num_val") as err:
         dm.setup()
     assert isinstance(err.value, LinarenaError)  # train.py prints it as one line
 

@@ -1,4 +1,5 @@
-"""Pathfinder generator: the original's geometry, balance, determinism, official layout, safe builds."""
+"""Pathfinder generator: the original's geometry, balance, determinism, official layout, safe
+builds."""
 
 from __future__ import annotations
 

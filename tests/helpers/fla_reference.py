@@ -37,4 +37,5 @@ def reference_kernels() -> fla.FlaKernels:
         return gated_delta.naive_recurrent_gated_delta_rule(
             q, k, v, beta, torch.zeros_like(beta), **kwargs)
 
-    return fla.FlaKernels(simple_gla, chunk_gla, delta, gated_delta.naive_recurrent_gated_delta_rule)
+    return fla.FlaKernels(simple_gla, chunk_gla, delta,
+                          gated_delta.naive_recurrent_gated_delta_rule)

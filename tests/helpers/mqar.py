@@ -18,7 +18,8 @@ LR_ON_SEED_1 = {"lr_seeds": [1]}
 
 
 def fake_run(root: Path, attention: str, d_model: int, conv: int, lr: float,
-             val: float | None, test: float | None, seed: int = 1, overrides: Sequence[str] = ()) -> Path:
+             val: float | None, test: float | None, seed: int = 1,
+             overrides: Sequence[str] = ()) -> Path:
     """A finished run folder as the study writes it: the real composed config, fake metrics."""
     point = StudyPoint(d_model, conv, lr, seed)
     folder = root / point.folder_name / attention

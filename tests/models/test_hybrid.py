@@ -49,7 +49,8 @@ def hybrid_model(names: list[str], **kwargs) -> TransformerClassifier:
 
 
 def tokens_and_mask(lengths: list[int], total: int) -> tuple[torch.Tensor, torch.Tensor]:
-    tokens = torch.randint(1, VOCAB, (len(lengths), total), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(1, VOCAB, (len(lengths), total),
+                           generator=torch.Generator().manual_seed(0))
     mask = torch.arange(total)[None, :] < torch.tensor(lengths)[:, None]
     return tokens * mask, mask
 

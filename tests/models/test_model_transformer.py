@@ -36,7 +36,9 @@ def make_model(attention: str = "softmax", **kwargs) -> TransformerClassifier:
     return TransformerClassifier(**(settings | kwargs)).eval()
 
 
-def right_padded(lengths: list[int], total: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def right_padded(
+    lengths: list[int], total: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """tokens (batch, total) with ids in 1..VOCAB-1 then zeros, and the matching bool mask."""
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(1, VOCAB, (len(lengths), total), generator=generator)
@@ -95,7 +97,8 @@ def test_pair_task_encodes_both_documents_with_one_encoder_and_combines_them() -
         expected = model.head.mlp(torch.cat([u, v, u * v, u - v], dim=-1))
     assert logits.shape == (3, 2)
     torch.testing.assert_close(logits, expected)
-    widths = [(m.in_features, m.out_features) for m in model.head.modules() if isinstance(m, nn.Linear)]
+    widths = [(m.in_features, m.out_features) for m in model.head.modules()
+              if isinstance(m, nn.Linear)]
     assert widths == [(4 * 16, 32), (32, 2)]
 
 
@@ -113,7 +116,8 @@ def test_lra_pair_head_pools_the_first_byte_and_classifies_u_v_with_two_hidden_l
         fc1, fc2, fc3 = (m for m in model.head.modules() if isinstance(m, nn.Linear))
         expected = fc3(torch.relu(fc2(torch.relu(fc1(torch.cat([u, v], dim=-1))))))
     torch.testing.assert_close(logits, expected)
-    assert [(m.in_features, m.out_features) for m in (fc1, fc2, fc3)] == [(32, 32), (32, 16), (16, 2)]
+    assert ([(m.in_features, m.out_features) for m in (fc1, fc2, fc3)]
+            == [(32, 32), (32, 16), (16, 2)])
 
 
 def test_pair_task_rejects_single_documents() -> None:
@@ -145,10 +149,12 @@ def test_gradients_reach_every_parameter(head_kind: str) -> None:
     model = make_model(head_kind=head_kind, pooling=pooling).train()
     tokens, mask = right_padded([9, 5], total=9)
     if head_kind == "pair":
-        tokens, mask = torch.stack([tokens, tokens.flip(0)], 1), torch.stack([mask, mask.flip(0)], 1)
+        tokens, mask = (torch.stack([tokens, tokens.flip(0)], 1),
+                        torch.stack([mask, mask.flip(0)], 1))
     logits = model(tokens, mask)
     labels = torch.randint(0, logits.shape[-1], logits.shape[:-1])
-    torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)).backward()
+    torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                      labels.reshape(-1)).backward()
     for name, param in model.named_parameters():
         assert param.grad is not None, name
         assert torch.isfinite(param.grad).all(), name
@@ -170,7 +176,8 @@ def test_too_long_input_names_both_lengths_and_the_key() -> None:
 
 
 def test_d_model_not_divisible_by_heads_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"model\.d_model=18 must be divisible by model\.num_heads=4"):
+    with pytest.raises(ValueError,
+                       match=r"model\.d_model=18 must be divisible by model\.num_heads=4"):
         make_model(d_model=18, num_heads=4)
 
 
@@ -191,7 +198,9 @@ def holes_mask(total: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_tokens_in_the_holes_of_a_mask_do_not_change_the_logits(attention: str, pooling: str) -> None:
+def test_tokens_in_the_holes_of_a_mask_do_not_change_the_logits(
+    attention: str, pooling: str
+) -> None:
     model = make_model(attention, pooling=pooling)
     mask = holes_mask(16)
     tokens = torch.randint(1, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3))
@@ -210,7 +219,8 @@ def test_attention_with_holes_equals_attention_on_the_real_tokens_alone(attentio
     out = core(q, k, v, mask=mask)
     for row in range(2):
         keep = mask[row]
-        alone = core(q[row : row + 1, :, keep], k[row : row + 1, :, keep], v[row : row + 1, :, keep])
+        alone = core(q[row : row + 1, :, keep], k[row : row + 1, :, keep],
+                     v[row : row + 1, :, keep])
         torch.testing.assert_close(out[row, :, keep], alone[0])
 
 
@@ -248,7 +258,8 @@ def test_qkv_dim_sets_the_attention_width_apart_from_d_model() -> None:
     assert attention.core.head_dim == 4
     tokens, mask = right_padded([5, 3], total=5)
     assert model(tokens, mask).shape == (2, 5)
-    with pytest.raises(ValueError, match=r"model\.qkv_dim=6 must be divisible by model\.num_heads=4"):
+    with pytest.raises(ValueError,
+                       match=r"model\.qkv_dim=6 must be divisible by model\.num_heads=4"):
         make_model(qkv_dim=6, num_heads=4)
 
 

@@ -1,4 +1,5 @@
-"""model.short_conv: a causal depthwise convolution before each block's attention, off by default."""
+"""model.short_conv: a causal depthwise convolution before each block's attention, off by
+default."""
 
 from __future__ import annotations
 

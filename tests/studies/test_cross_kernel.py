@@ -114,7 +114,8 @@ def test_a_rerun_is_the_studys_command_under_the_kernel_paths_env(
         return 1  # no run finishes: nothing is trained
 
     monkeypatch.setattr(study.subprocess, "call", fake_call)
-    tasks = cross_kernel.sample_tasks(choose_sample(runs, LR_ON_SEED_1, min_runs=0), load_grid(PRESET)["lrs"])
+    tasks = cross_kernel.sample_tasks(choose_sample(runs, LR_ON_SEED_1, min_runs=0),
+                                      load_grid(PRESET)["lrs"])
     cross_kernel.run_check(tasks[:1], PRESET, tmp_path, ["avx2"], jobs=1, threads=1,
                            extra=[], archived=None)
     (command, env), = launched
@@ -187,7 +188,8 @@ def test_the_report_reads_the_rerun_folders_then_resumes_from_its_csv(
     monkeypatch.setattr(cross_kernel, "probe", lambda name: name.upper())
     args = ["--report-only", "--runs", str(runs_csv), "--root", str(root), "--min-runs", "0",
             "--kernel-paths", "avx2,default"]
-    assert load_script("scripts/maintainer/cross_kernel_check.py").main([*args, "--out", str(out)]) == 0
+    assert load_script("scripts/maintainer/cross_kernel_check.py").main(
+        [*args, "--out", str(out)]) == 0
     reruns = pd.read_csv(out / "cross_kernel.csv")
     assert list(reruns.columns) == list(RERUN_COLUMNS) and len(reruns) == 4
     flipped = reruns.iloc[2]
@@ -219,7 +221,8 @@ def test_a_damaged_runs_csv_is_a_one_line_error(
         runs, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     runs_csv = tmp_path / "runs.csv"
     runs_csv.write_text(runs.to_csv(index=False)[:-40])  # cut while being written
-    assert load_script("scripts/maintainer/cross_kernel_check.py").main(["--dry-run", "--runs", str(runs_csv)]) == 2
+    assert load_script("scripts/maintainer/cross_kernel_check.py").main(
+        ["--dry-run", "--runs", str(runs_csv)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"{runs_csv}:" in error and "damaged" in error
 
@@ -228,8 +231,8 @@ def test_the_dry_run_states_the_sample_commands_and_cpu_time(
         runs, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     runs_csv = tmp_path / "runs.csv"
     runs.assign(duration_s=60.0).to_csv(runs_csv, index=False)
-    assert load_script("scripts/maintainer/cross_kernel_check.py").main(["--dry-run", "--runs", str(runs_csv), "--min-runs", "7",
-                               "--root", str(tmp_path)]) == 0
+    assert load_script("scripts/maintainer/cross_kernel_check.py").main(
+        ["--dry-run", "--runs", str(runs_csv), "--min-runs", "7", "--root", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "sample: 9 runs per kernel path, 2 kernel paths (default, avx2)" in printed
     assert "softmax conv 0 d16 lr 0.001: seeds [1, 2, 3] (nearest the threshold" in printed

@@ -87,9 +87,10 @@ def test_median_range_and_seeds_that_recall_per_setting(runs_root: Path) -> None
     assert (softmax_long["seeds"], softmax_long["failed"], softmax_long["recalled"]) == (2, 1, 0)
     assert softmax_long["test_acc_median"] == pytest.approx(0.10)
     table = accuracy_table(summarize(runs))
-    assert f"| {label('elu')} | sinusoidal | 98.0 (3/3) | 98.0 (3/3) | 98.0 (3/3) | 92.0 (2/3) | 92.0 (2/3) |" \
-        in table
-    assert f"| {label('softmax')} | sinusoidal | 100.0 (2/2) | 100.0 (2/2) | 100.0 (2/2) | 10.0 (0/2) |" in table
+    assert (f"| {label('elu')} | sinusoidal | 98.0 (3/3) | 98.0 (3/3) | 98.0 (3/3) | "
+            "92.0 (2/3) | 92.0 (2/3) |") in table
+    assert (f"| {label('softmax')} | sinusoidal | 100.0 (2/2) | 100.0 (2/2) | 100.0 (2/2) | "
+            "10.0 (0/2) |") in table
 
 
 def test_each_setting_carries_the_success_rate_with_its_wilson_interval(runs_root: Path) -> None:
@@ -158,7 +159,8 @@ def test_no_mixture_run_and_a_repeated_seed_are_clear_errors(tmp_path: Path,
         load_runs([root])
     fake_run(root, "a", "elu", 1, accuracies(0.5, 0.5), preset_config)
     twice = fake_run(root, "b", "elu", 1, accuracies(0.6, 0.6), preset_config)
-    with pytest.raises(ValueError, match=r"attention elu with positions sinusoidal, seed 1, ran twice: .* and "
+    with pytest.raises(ValueError, match=r"attention elu with positions sinusoidal, seed 1, "
+                                         r"ran twice: .* and "
                        + re.escape(str(twice))):
         load_runs([root])
 

@@ -39,7 +39,8 @@ def test_the_points_carry_the_lr_the_study_chose_on_validation(study):
     assert dict(zip(points["attention"], points["lr"], strict=True)) == {"elu": 1e-2,
                                                                          "softmax": 3e-3}
     assert chosen_points(study, LR_ON_SEED_1, [16], [0], ["elu"]).empty
-    assert list(chosen_points(study, LR_ON_SEED_1, [16, 32], [3], ["softmax"])["d_model"]) == [16, 32]
+    assert list(chosen_points(study, LR_ON_SEED_1, [16, 32], [3],
+                              ["softmax"])["d_model"]) == [16, 32]
 
 
 def test_every_seed_the_study_ran_at_a_point_is_planned_and_attentions_share_a_task(study):
@@ -103,8 +104,9 @@ def test_the_script_reports_both_budgets_with_provenance_and_says_when_runs_are_
 def test_a_point_the_study_does_not_have_is_a_clear_error(study, tmp_path, capsys):
     csv = tmp_path / "study_runs.csv"
     study.to_csv(csv, index=False)
-    code = load_script("scripts/mqar_step_budget.py").main(["--study", str(csv), "--widths", "64", "--max-steps", "4000",
-                               "--root", str(tmp_path / "longer"), "--report-only"])
+    code = load_script("scripts/mqar_step_budget.py").main(
+        ["--study", str(csv), "--widths", "64", "--max-steps", "4000",
+         "--root", str(tmp_path / "longer"), "--report-only"])
     assert code == 2
     assert "has no run at d_model [64]" in capsys.readouterr().err
 

@@ -92,7 +92,8 @@ def test_the_study_trains_every_variant_and_its_hybrid_entries_layers_with_own_c
 
 @pytest.mark.parametrize("preset", ["mqar", "mqar_cpu", "mqar_study_cpu", "mqar_study_gpu"])
 def test_mqar_presets_never_redraw_performer_features(preset: str) -> None:
-    assert compose_config([f"experiment={preset}", "attention=performer"]).attention.redraw_interval == 0
+    assert compose_config([f"experiment={preset}",
+                           "attention=performer"]).attention.redraw_interval == 0
     default = compose_config(["attention=performer"]).attention.redraw_interval
     assert default == 1000  # redraws stay available outside MQAR
 
@@ -102,7 +103,8 @@ def test_study_runs_stop_at_val_acc_099(preset: str) -> None:
     callbacks = compose_config([f"experiment={preset}"]).callbacks
     assert all("_target_" in node for node in callbacks.values())  # nothing else slipped in
     callback = callbacks.early_stopping
-    assert (callback.monitor, callback.mode, callback.stopping_threshold) == ("val/acc", "max", 0.99)
+    assert ((callback.monitor, callback.mode, callback.stopping_threshold)
+            == ("val/acc", "max", 0.99))
     assert callback.patience >= compose_config([f"experiment={preset}"]).trainer.max_steps
 
 

@@ -27,16 +27,19 @@ def check(overrides: list[str]) -> None:
 def test_misspelt_key_added_by_an_override_or_experiment_is_caught() -> None:
     with pytest.raises(ConfigError, match=r"model\.dmodel \(did you mean d_model\?\)"):
         check(["+model.dmodel=64"])
-    with pytest.raises(ConfigError, match=r"attention\.num_feature \(did you mean num_features\?\)"):
+    with pytest.raises(ConfigError,
+                       match=r"attention\.num_feature \(did you mean num_features\?\)"):
         check(["attention=performer", "+attention.num_feature=64"])
     with pytest.raises(ConfigError, match=r"trainer\.max_step\b"):
         check(["+trainer.max_step=3"])
 
 
 def test_d_model_not_divisible_by_heads() -> None:
-    with pytest.raises(ConfigError, match=r"model\.d_model=100 must be divisible by model\.num_heads=8"):
+    with pytest.raises(ConfigError,
+                       match=r"model\.d_model=100 must be divisible by model\.num_heads=8"):
         build_model(["model.d_model=100", "model.num_heads=8"])
-    with pytest.raises(ConfigError, match=r"model\.qkv_dim=20 must be divisible by model\.num_heads=8"):
+    with pytest.raises(ConfigError,
+                       match=r"model\.qkv_dim=20 must be divisible by model\.num_heads=8"):
         build_model(["model.qkv_dim=20", "model.num_heads=8"])
 
 

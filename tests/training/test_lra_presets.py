@@ -28,7 +28,8 @@ def official_param_count(
     block = 2 * d + 4 * d * qkv + 2 * d + (d * mlp + mlp) + (mlp * d + d)
     count += layers * block + 2 * d
     if dual:
-        return count + (2 * d * mlp + mlp) + (mlp * (mlp // 2) + mlp // 2) + (mlp // 2 * classes + classes)
+        return (count + (2 * d * mlp + mlp) + (mlp * (mlp // 2) + mlp // 2)
+                + (mlp // 2 * classes + classes))
     return count + (d * mlp + mlp) + (mlp * classes + classes)
 
 

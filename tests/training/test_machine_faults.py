@@ -36,7 +36,8 @@ def test_a_checkpoint_on_a_full_disk_is_one_message_and_leaves_no_file(
 ) -> None:
     monkeypatch.setattr(checkpoint_io, "open", lambda path, mode: FullDisk(1000), raising=False)
     target = tmp_path / "checkpoints" / "last.ckpt"
-    with pytest.raises(ResourceError, match=r"No space left .*/last\.ckpt: about 40\.\d KB was needed"):
+    with pytest.raises(ResourceError,
+                       match=r"No space left .*/last\.ckpt: about 40\.\d KB was needed"):
         AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(10_000)}, target)
     assert list(target.parent.iterdir()) == []
 

@@ -87,7 +87,8 @@ def test_rsqrt_decays_as_inverse_square_root_after_warmup() -> None:
 
 
 def test_cosine_ends_at_zero_and_constant_stays() -> None:
-    assert lr_multiplier(9, "cosine", warmup_steps=0, total_steps=10) == pytest.approx(0.0, abs=1e-12)
+    assert lr_multiplier(9, "cosine", warmup_steps=0,
+                         total_steps=10) == pytest.approx(0.0, abs=1e-12)
     middle = lr_multiplier(54, "cosine", warmup_steps=10, total_steps=100)
     assert middle == pytest.approx(0.5 * (1 + math.cos(math.pi * 45 / 90)))
     assert lr_multiplier(50, "constant", warmup_steps=10, total_steps=100) == 1.0

@@ -70,7 +70,8 @@ def test_smoke_run_trains_tests_and_writes_summary(
     assert metrics["perf/tokens_per_sec"] > metrics["perf/samples_per_sec"] > 0
     assert metrics["model/params"] > 0 and metrics["perf/peak_memory_mb"] > 0
     assert summary["hparams"]["precision"] == "32-true"
-    assert (summary["hparams"]["attention"].get("num_features") == 256) == (attention == "performer")
+    assert ((summary["hparams"]["attention"].get("num_features") == 256)
+            == (attention == "performer"))
     assert "data_dir" not in summary["hparams"]["data"]  # where the data live is no setting
     assert (output_dir / "checkpoints" / "last.ckpt").is_file()
 
@@ -172,7 +173,8 @@ def test_multirun_gives_each_job_its_own_folder_summary_and_wandb_run(
     for summary in summaries:
         run_dir = Path(summary["wandb"]["dir"])
         assert run_dir.parent == Path(summary["output_dir"]) / "wandb"
-        assert run_dir.name.startswith("offline-run-") and run_dir.name.endswith(summary["wandb"]["id"])
+        assert (run_dir.name.startswith("offline-run-")
+                and run_dir.name.endswith(summary["wandb"]["id"]))
         assert list(run_dir.glob("*.wandb")), "the W&B run was not written"
     assert "wandb sync" in result.stdout
 

@@ -13,10 +13,10 @@ each), so a machine whose speed drifts cannot favour one of them. Prints a table
 CSV (--out, default outputs/benchmarks/benchmark_attention.csv in the repository):
 peak_memory_mb is the most memory one forward+backward holds at once beyond its inputs and their
 gradients (CPU and CUDA), and backend the code each variant ran (--backend: auto, torch or fla, as
-`attention.backend` in training; a variant that cannot honour it is skipped with the reason). Bidirectional runs with `performer` also measure
-its approximation error against exact softmax attention, on random and on clustered inputs at
-several q, k scales, against performer-pytorch with the same projections
-(<out>_performer_error.csv; see linarena.analysis.performer_error).
+`attention.backend` in training; a variant that cannot honour it is skipped with the reason).
+Bidirectional runs with `performer` also measure its approximation error against exact softmax
+attention, on random and on clustered inputs at several q, k scales, against performer-pytorch with
+the same projections (<out>_performer_error.csv; see linarena.analysis.performer_error).
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def build_variants(args) -> tuple[dict[str, Callable], dict[str, bool]]:
                                                           nb_features=features)
             linear["performer_pytorch"] = True
         except ImportError:
-            print("performer-pytorch not installed: skipping that reference (pip install -e '.[bench]')")
+            print("performer-pytorch not installed: skipping that reference "
+                  "(pip install -e '.[bench]')")
     return {name: (m.to(args.device) if isinstance(m, torch.nn.Module) else m)
             for name, m in variants.items()}, linear
 

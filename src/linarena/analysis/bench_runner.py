@@ -96,7 +96,8 @@ def run_case_in_subprocess(spec: CaseSpec, timeout_s: float | None) -> dict:
     except subprocess.TimeoutExpired:
         return _failed("timeout", f"killed after {timeout_s:.0f} s")
     if process.returncode == -signal.SIGKILL:
-        return _failed("oom", "process killed by SIGKILL (likely the kernel's out-of-memory killer)")
+        return _failed("oom",
+                       "process killed by SIGKILL (likely the kernel's out-of-memory killer)")
     result_lines = [line for line in process.stdout.splitlines() if line.startswith("RESULT ")]
     if process.returncode != 0 or not result_lines:
         last_lines = process.stderr.strip().splitlines()[-1:] or ["no output"]

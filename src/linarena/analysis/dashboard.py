@@ -129,7 +129,8 @@ def upload_benchmarks(entity: str, project: str, csv_paths: Iterable[Path]) -> i
         for config, group in sorted(benchmark_rows(csv_path),
                                     key=lambda item: attention_sort_key(item[0]["attention"])):
             run = wandb.init(entity=entity, project=project, group=BENCHMARK_GROUP,
-                             job_type=config["what"], name=f"{config['attention']}-{config['what']}",
+                             job_type=config["what"],
+                             name=f"{config['attention']}-{config['what']}",
                              config=config, reinit="finish_previous")
             run.define_metric(BENCH_MEMORY, step_metric=BENCH_LENGTH)
             run.define_metric(BENCH_MS, step_metric=BENCH_LENGTH)

@@ -4,10 +4,10 @@ A golden run composes the preset's config as train.py would (conf/, with the pre
 overrides), generates a few batches with the preset's own datamodule (smaller splits and batch,
 same generator and seed), builds the model with `build_model` and trains `STEPS` AdamW steps with
 the preset's optimizer and schedule, in float32 on the CPU. Its losses and parameter norms
-(before each step and after the last) are pinned in tests/golden/golden_losses.json; tests/training/test_golden_runs.py
-recomputes them. A change that moves them changes the preset's numbers, so the results listed
-with the case (files of docs/results/) no longer come from the code: rerun them or mark them
-stale (scripts/maintainer/provenance.py --stale).
+(before each step and after the last) are pinned in tests/golden/golden_losses.json;
+tests/training/test_golden_runs.py recomputes them. A change that moves them changes the preset's
+numbers, so the results listed with the case (files of docs/results/) no longer come from the code:
+rerun them or mark them stale (scripts/maintainer/provenance.py --stale).
 """
 
 from __future__ import annotations

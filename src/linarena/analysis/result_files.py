@@ -85,11 +85,12 @@ def _parse(path: Path) -> tuple[str, list[str], list[tuple[int, list[str]]]]:
     for number, fields in rows:
         if len(fields) != len(header):
             plural = "" if len(fields) == 1 else "s"
-            raise ResultFileError(f"{path}:{number}: damaged, {len(fields)} field{plural} where the header "
-                                  f"has {len(header)} (cut or edited?): {_restore(path)}")
+            raise ResultFileError(f"{path}:{number}: damaged, {len(fields)} field{plural} "
+                                  f"where the header has {len(header)} (cut or edited?): "
+                                  f"{_restore(path)}")
     if not text.endswith(("\n", "\r")):
-        raise ResultFileError(f"{path}:{records[-1][0]}: damaged, the last line has no newline: the "
-                              f"file was cut while being written: {_restore(path)}")
+        raise ResultFileError(f"{path}:{records[-1][0]}: damaged, the last line has no newline: "
+                              f"the file was cut while being written: {_restore(path)}")
     return text, header, rows
 
 

@@ -237,7 +237,8 @@ def mixture_point(folder: Path) -> list[str]:
     return [_line(f"python train.py experiment={preset} attention={row['attention']} "
                   f"seed={int(row['seed'])}",
                   f"{label(row['attention'])}, seed {int(row['seed'])}: {_accuracy(row['acc'])} "
-                  f"at L{int(row['length'])} P{int(row['pairs'])} in its runs CSV" + _took(runs.get("duration_s", pd.Series(dtype=float))))]
+                  f"at L{int(row['length'])} P{int(row['pairs'])} in its runs CSV"
+                  + _took(runs.get("duration_s", pd.Series(dtype=float))))]
 
 
 # table name -> its one-run lines (results_tables.TABLES); the default run's table is one

@@ -60,7 +60,8 @@ class RunRecord:
 
 
 def parse_filters(items: Iterable[str]) -> dict[str, Any]:
-    """``["key=value", ...]`` -> ``{key: value}``, values parsed as JSON when they are (1, 0.5, true)."""
+    """``["key=value", ...]`` -> ``{key: value}``, values parsed as JSON when they are
+    (1, 0.5, true)."""
     filters: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -211,7 +212,8 @@ def load_local_runs(
     if not paths:
         raise FileNotFoundError(
             f"no summary.json under {[str(d) for d in dirs]}; every training run writes one in "
-            "its Hydra output folder (outputs/runs/<date>_<time>_<data>_<attention>/ or outputs/multiruns/<date>_<time>/<job>/)")
+            "its Hydra output folder (outputs/runs/<date>_<time>_<data>_<attention>/ or "
+            "outputs/multiruns/<date>_<time>/<job>/)")
     records = []
     for path, root in paths:
         summary = parse_summary_file(path)

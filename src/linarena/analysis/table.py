@@ -57,8 +57,8 @@ def runs_table(records: Iterable[RunRecord]) -> pd.DataFrame:
 
 def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.DataFrame:
     """One row per (sweep, task, attention, positions, max_steps): n (finished runs), n_failed
-    (runs without a finite test accuracy, left out of the means), ``<name>_mean`` / ``<name>_std`` per
-    compared metric (in table units, e.g. accuracy in percent) and ``duration_s_median`` (the
+    (runs without a finite test accuracy, left out of the means), ``<name>_mean`` / ``<name>_std``
+    per compared metric (in table units, e.g. accuracy in percent) and ``duration_s_median`` (the
     median time a run took; NaN where the runs do not say), then the STATISTICS_COLUMNS of the
     test accuracy over seeds (studies.statistics: seeds at 90%, the rate's Wilson interval, the
     median and range, as fractions). positions and max_steps are NaN for runs whose summary does

@@ -32,8 +32,8 @@ class Scratch:
 
 
 def write_into(out: Tensor, op: Callable[..., Tensor], *args, **kwargs) -> Tensor:
-    """op(*args, **kwargs, out=out), returning `out` (a buffer, or a view such as one chunk's rows of a
-    full-length tensor): no temporary and no copy in eager mode. torch.compile rejects `out=`
+    """op(*args, **kwargs, out=out), returning `out` (a buffer, or a view such as one chunk's rows
+    of a full-length tensor): no temporary and no copy in eager mode. torch.compile rejects `out=`
     views and plans its own buffers, so there it is the op followed by a copy, which it fuses."""
     if torch.compiler.is_compiling():
         return out.copy_(op(*args, **kwargs))

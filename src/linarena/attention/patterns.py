@@ -30,7 +30,8 @@ def pattern_entry(entry: Any, where: str = "model.pattern") -> tuple[str, dict[s
         if settings is None or isinstance(settings, dict):
             return str(name), settings or {}
     raise ConfigError(f"{where}={entry!r}: an entry is a conf/attention/ name or one name with "
-                      "its settings, e.g. model.pattern='[gated_deltanet,{softmax:{dropout:0.1}}]'.")
+                      "its settings, e.g. "
+                      "model.pattern='[gated_deltanet,{softmax:{dropout:0.1}}]'.")
 
 
 def pattern_name(layers: Sequence[str]) -> str:

@@ -73,7 +73,8 @@ class SoftmaxAttention(ExactAttention):
         q, k = rotate_from(self.rotary, q, k, 0)
         if self.causal or mask is None:
             # Right padding: under a causal mask a real query never sees a padded key, so the
-            # key mask is redundant and the flash kernel (which takes no explicit mask) stays usable.
+            # key mask is redundant and the flash kernel (which takes no explicit mask)
+            # stays usable.
             return F.scaled_dot_product_attention(
                 q, k, v, is_causal=self.causal, dropout_p=dropout_p
             )

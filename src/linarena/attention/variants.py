@@ -119,7 +119,8 @@ def load_variant(
     name: str, model: dict | None = None, conf_dir: Path = CONF_DIR
 ) -> Callable[..., nn.Module]:
     """The factory `(head_dim=..., causal=...) -> nn.Module` that `attention=<name>` gives in
-    training (for a layer, is_layer: `(causal=...) -> AttentionLayer`). `model`: the values of `model.*` keys the file interpolates (cosFormer's
-    max_length, the gated variants' d_model and num_heads)."""
+    training (for a layer, is_layer: `(causal=...) -> AttentionLayer`). `model`: the values of
+    `model.*` keys the file interpolates (cosFormer's max_length, the gated variants' d_model and
+    num_heads)."""
     config = OmegaConf.create({"model": model or {}, "attention": _load(name, Path(conf_dir))})
     return instantiate(config.attention)

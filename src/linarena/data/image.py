@@ -165,7 +165,8 @@ class ImageDataModule(TaskDataModule):
 
     def build(self) -> dict[str, torch.Tensor]:
         contents = self.read_files()
-        parsed = {name: parse_cifar_records(data, where) for name, (where, data) in contents.items()}
+        parsed = {name: parse_cifar_records(data, where)
+                  for name, (where, data) in contents.items()}
         train_images = np.concatenate([parsed[name][0] for name in TRAIN_FILES])
         train_labels = np.concatenate([parsed[name][1] for name in TRAIN_FILES])
         if not 0 < self.num_val < len(train_labels):

@@ -158,7 +158,8 @@ def mqar_setting_name(length: int, pairs: int) -> str:
 
 
 def _settings(items: Sequence[Mapping[str, int]], key: str) -> list[tuple[int, int, int]]:
-    """[(length, pairs, examples)] from the config list `data.<key>` of {length, pairs, examples}."""
+    """[(length, pairs, examples)] from the config list `data.<key>` of
+    {length, pairs, examples}."""
     if not items:
         raise DataConfigError(f"data.{key} is empty: list at least one {{length, pairs, examples}}")
     found = []

@@ -89,7 +89,8 @@ def read_pathfinder_images(
     pixels = np.empty((len(records), resolution * resolution), dtype=np.uint8)
     labels = np.empty(len(records), dtype=np.int64)
     count = 0
-    for path, label in progress_bar(records, desc="Pathfinder images", unit="img", disable=not progress):
+    for path, label in progress_bar(records, desc="Pathfinder images", unit="img",
+                                    disable=not progress):
         try:
             if path.stat().st_size == 0:
                 continue  # the release has some empty files

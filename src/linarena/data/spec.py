@@ -46,7 +46,8 @@ class TaskSpec:
             raise DataConfigError(f"The datamodule of task {self.name!r} {problem}")
 
         if not isinstance(self.name, str) or not self.name:
-            raise DataConfigError(f"TaskSpec needs a task name (a non-empty str), got {self.name!r}")
+            raise DataConfigError("TaskSpec needs a task name (a non-empty str), "
+                                  f"got {self.name!r}")
         if self.head_kind not in HEAD_KINDS:
             fail(f"has head_kind={self.head_kind!r}; use one of {', '.join(HEAD_KINDS)}")
         for field, least in (("vocab_size", 2), ("num_classes", 2)):

@@ -68,7 +68,8 @@ def sinusoidal_table(num_positions: int, d_model: int) -> Tensor:
     """The fixed table of Vaswani et al. (2017): (num_positions, d_model), sin on even dims,
     cos on odd dims, wavelengths from 2 pi to 10000 * 2 pi."""
     position = torch.arange(num_positions, dtype=torch.float32)[:, None]
-    rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32)
+                     * (-math.log(10000.0) / d_model))
     table = torch.zeros(num_positions, d_model)
     table[:, 0::2] = torch.sin(position * rate)
     table[:, 1::2] = torch.cos(position * rate[: d_model // 2])

@@ -1,4 +1,5 @@
-"""Short causal depthwise convolution: the local token mixing Zoology and Based put before attention.
+"""Short causal depthwise convolution: the local token mixing Zoology and Based put before
+attention.
 
 MQAR needs each value to carry the key in front of it (a one-token shift). Softmax attention can
 learn that as a previous-token head; a linear attention layer cannot focus that sharply, so the

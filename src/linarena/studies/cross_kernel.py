@@ -8,8 +8,8 @@ reaches statistics.SUCCESS_THRESHOLD) with all its seeds; then the other points,
 threshold first (the smallest |test accuracy - threshold| over the point's seeds; a diverged
 seed is infinitely far; ties by attention, short conv, width), whole points, until the sample
 holds at least `min_runs` runs. With `seeds` (e.g. 1-5 where split points have 10), only those
-seeds of each chosen point are rerun: a study with many split points stays affordable. Nearest first because there a small numerical difference is
-most likely to move a seed across the threshold.
+seeds of each chosen point are rerun: a study with many split points stays affordable. Nearest first
+because there a small numerical difference is most likely to move a seed across the threshold.
 
 Each rerun is the study's own train.py command for the run (study.StudyPoint.command, the
 attentions sharing a point in one call, as the study launches them) under the environment of a

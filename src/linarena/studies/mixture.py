@@ -173,8 +173,8 @@ def _registry_key(column: pd.Series) -> pd.Series:
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (attention, positions, test setting), in SUMMARY_COLUMNS: seeds, the seeds whose run
-    diverged (no accuracy: counted among the seeds, never as recalling), the seeds that reached
+    """One row per (attention, positions, test setting), in SUMMARY_COLUMNS: seeds, the seeds whose
+    run diverged (no accuracy: counted among the seeds, never as recalling), the seeds that reached
     SUCCESS_THRESHOLD, the median, min and max accuracy over the others, then the
     STATISTICS_COLUMNS (success rate with its Wilson interval)."""
     rows = []

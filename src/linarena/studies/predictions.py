@@ -67,7 +67,8 @@ def check(prediction: int, name: str, a: Point, b: Point | None = None) -> dict:
     """One row of COLUMNS: check `name` ("at_least", "higher", "recalls", "never") of a (against
     b for the comparisons)."""
     row = {"prediction": prediction, "check": name, "a": a.attention, "a_point": a.where,
-           "k_a": a.k, "n_a": a.n, "b": b.attention if b else None, "b_point": b.where if b else None,
+           "k_a": a.k, "n_a": a.n, "b": b.attention if b else None,
+           "b_point": b.where if b else None,
            "k_b": b.k if b else None, "n_b": b.n if b else None, "fisher_p": None}
     if a.n is None or (b is not None and b.n is None):
         return row | {"verdict": "missing"}

@@ -34,7 +34,8 @@ def compose_preset(preset: str | None, overrides: Sequence[str] = (),
     is a ConfigError of one line (the study presets, Hydra's reason)."""
     if preset is not None and not (conf_dir / "experiment" / f"{preset}.yaml").is_file():
         raise ConfigError(f"--preset {preset}: no such preset (no {conf_dir}/experiment/"
-                          f"{preset}.yaml); the study presets: {', '.join(study_presets(conf_dir))}")
+                          f"{preset}.yaml); the study presets: "
+                          f"{', '.join(study_presets(conf_dir))}")
     chosen = [] if preset is None else [f"experiment={preset}"]
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
@@ -83,7 +84,8 @@ def load_grid(preset: str, overrides: Sequence[str] = (),
                          f"seeds of study.seeds {grid['seeds']}; list new seeds only")
     node = cfg.study.get("entries")
     entries = {} if node is None else OmegaConf.to_container(node, resolve=True)
-    grid["entries"] = {str(name): [str(o) for o in (extra or [])] for name, extra in entries.items()}
+    grid["entries"] = {str(name): [str(o) for o in (extra or [])]
+                       for name, extra in entries.items()}
     unknown = [name for name in grid["entries"] if not is_pattern_name(name)]
     if unknown:
         raise ValueError(f"experiment={preset}: study.entries.{unknown[0]} is neither a "

@@ -4,10 +4,10 @@ the README's small-budget tables as a study, resumable.
 Every attention is trained at each of `seeds` (a train.py process per run, so that its CPU peak
 memory is its own; a folder per run, <root>/seed<s>/<attention>/); an attention whose seeds
 split (some reach SUCCESS_THRESHOLD test accuracy and some do not) is trained at `more_seeds`
-too, so an outcome that can go either way is a rate over enough seeds. All runs are one sweep for scripts/compare.py: its multirun folder
-is <root> (study.train_commands' sweep_dir), whatever the seed folder. A sweep that spans
-sessions or machines resumes from the runs CSV compare.py wrote of it (`archived_runs`): the
-runs listed there count as finished.
+too, so an outcome that can go either way is a rate over enough seeds. All runs are one sweep for
+scripts/compare.py: its multirun folder is <root> (study.train_commands' sweep_dir), whatever the
+seed folder. A sweep that spans sessions or machines resumes from the runs CSV compare.py wrote of
+it (`archived_runs`): the runs listed there count as finished.
 """
 
 from __future__ import annotations

@@ -104,8 +104,8 @@ def build_model(cfg: DictConfig, datamodule: Any) -> nn.Module:
     model.pattern, sized by the datamodule (its constructor is enough: no data is read; any
     object with DATAMODULE_ARGS and `causal` will do). Written in `cfg` itself, so that what was
     built is what the run records: model.causal null becomes the task's own (TaskSpec.causal);
-    a hybrid stack's attention_name becomes its pattern's name (attention.patterns.pattern_name, e.g.
-    "gated_deltanet*2+softmax"), which runs, loggers and checkpoints are filed under."""
+    a hybrid stack's attention_name becomes its pattern's name (attention.patterns.pattern_name,
+    e.g. "gated_deltanet*2+softmax"), which runs, loggers and checkpoints are filed under."""
     if cfg.model.get("causal") is None:
         with open_dict(cfg.model):
             cfg.model.causal = bool(datamodule.causal)

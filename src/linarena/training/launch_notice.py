@@ -11,7 +11,8 @@ from omegaconf import DictConfig
 
 
 class LaunchNotice(Callback):
-    """Prints one line at the start of a multirun whose launcher writes the jobs' output to files."""
+    """Prints one line at the start of a multirun whose launcher writes the jobs' output to
+    files."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         launcher = config.hydra.launcher

@@ -225,5 +225,6 @@ def location_message(info: dict[str, Any]) -> str:
             pattern = folder.parent / f"offline-run-*-{info['id']}"
             return (f"W&B run (offline) stored in {len(parts)} folders, one per start or resume, "
                     f"{pattern}; upload them all with: wandb sync {pattern}")
-        return f"W&B run (offline) stored in {info['dir']}; upload it with: wandb sync {info['dir']}"
+        return (f"W&B run (offline) stored in {info['dir']}; upload it with: "
+                f"wandb sync {info['dir']}")
     return f"W&B run: {info['url'] or info['dir']}"

@@ -10,9 +10,9 @@ fixed number of batched ops:
     S_c    = sum_{c' < c} D_cc' A_c' + s_c S_in  the state before each chunk and after the block
     [num | den] = scores @ [v, 1] + (phi(q) S_c) * past
 so the op count, which sets the cost on a few cores, grows with the number of blocks rather
-than of chunks, and every intermediate is the size of a block (cache). The backward pass keeps nothing of the
-sequence's length but the output, its denominators and each block's incoming state: it
-recomputes phi and the rest of a block, then runs the same ops' derivatives.
+than of chunks, and every intermediate is the size of a block (cache). The backward pass keeps
+nothing of the sequence's length but the output, its denominators and each block's incoming state:
+it recomputes phi and the rest of a block, then runs the same ops' derivatives.
 
 Keys with log-scales (Performer) are weighted by exp(log_scale - stabiliser): query i's
 stabiliser is the running maximum of the key log-scales up to i, the state's before chunk c

@@ -20,8 +20,8 @@ class CosformerFeatures(FeatureMap):
     [relu(x_i) cos(theta_i), relu(x_i) sin(theta_i)] with theta_i = pi/2 * i / M.
     Bidirectional: M is each sequence's real extent (its last real position + 1: its length
     under right padding), so padding never changes a real token's output and, with holes in the
-    mask (black pixels as padding), every weight stays positive. Causal: M = max_length, fixed, so that no
-    output depends on how long the sequence will become; longer inputs are an error.
+    mask (black pixels as padding), every weight stays positive. Causal: M = max_length, fixed, so
+    that no output depends on how long the sequence will become; longer inputs are an error.
 
     Args:
         max_length: M in causal mode (required there); ignored when bidirectional.

@@ -94,7 +94,8 @@ def prepare(
         allowed = [per_head, (*per_head, k_dim)] if per_feature_gate else [per_head]
         if tuple(log_gate.shape) not in allowed:
             raise ValueError(f"{name}: log_gate must have shape "
-                             f"{' or '.join(str(s) for s in allowed)}, got {tuple(log_gate.shape)}.")
+                             f"{' or '.join(str(s) for s in allowed)}, "
+                             f"got {tuple(log_gate.shape)}.")
         log_gate = log_gate[..., None] if log_gate.dim() == 3 else log_gate
     if beta is not None:
         _check_float(name, "beta", beta)
