@@ -16,7 +16,7 @@ interval) and <name>.md (caption and table; settings longer than any training le
     python scripts/mqar_mixture.py --preset mqar_mixture_cpu --jobs 2 --out docs/results
     python scripts/mqar_mixture.py --report-only --runs outputs/studies/mqar_mixture \\
         --out docs/results
-    python scripts/mqar_mixture.py --report-only --resume-from docs/results/mqar_mixture_runs.csv \
+    python scripts/mqar_mixture.py --report-only --resume-from docs/results/mqar_mixture_runs.csv \\
         --out docs/results
 """
 

@@ -125,14 +125,20 @@ def model_point(folder: Path) -> list[str]:
                            "in the table")]
 
 
-def _seed_one_accuracy(folder: Path, row: pd.Series) -> float | None:
-    """Seed 1's test accuracy (%) of `row`'s sweep, task and attention in compare.py's per-run
-    CSV beside results.csv; None where there is no such file or row."""
+def _sweep_runs(folder: Path) -> pd.DataFrame | None:
+    """compare.py's per-run CSV beside results.csv; None where there is none."""
     path = folder / "results_runs.csv"
     if not path.is_file():
         return None
-    runs = read_csv_checked(path, ["sweep", "task", "attention", "seed", "test_acc_pct"],
+    return read_csv_checked(path, ["sweep", "task", "attention", "seed", "test_acc_pct"],
                             ["seed", "test_acc_pct"])
+
+
+def _seed_one_accuracy(runs: pd.DataFrame | None, row: pd.Series) -> float | None:
+    """Seed 1's test accuracy (%) of `row`'s sweep, task and attention in `runs`; None where
+    there is no such file or row."""
+    if runs is None:
+        return None
     match = runs[(runs["sweep"] == row["sweep"]) & (runs["task"] == row["task"])
                  & (runs["attention"] == row["attention"]) & (runs["seed"] == 1)]
     return None if match.empty else float(match["test_acc_pct"].iloc[0])
@@ -149,6 +155,7 @@ def training_point(folder: Path) -> list[str]:
     """A run of each task: the first attention of its sweep, seed 1, with the sweep's settings,
     and seed 1's own accuracy where the per-run CSV has it (the command reproduces that)."""
     table = training_csv(folder / "results.csv")
+    runs = _sweep_runs(folder)
     lines = []
     for _, rows in table.groupby("task", sort=False):
         row = rows.iloc[0]
@@ -156,7 +163,7 @@ def training_point(folder: Path) -> list[str]:
         command = " ".join(word for word in ("python train.py", settings,
                                              f"attention={row['attention']}", "seed=1") if word)
         took = _took(rows.get("duration_s_median", pd.Series(dtype=float)))
-        seed_one = _seed_one_accuracy(folder, row)
+        seed_one = _seed_one_accuracy(runs, row)
         if seed_one is None:
             value = (f": test accuracy {row['test_acc_pct_mean']:.2f}% as the mean of "
                      f"{int(row['n'])} seeds in the table")
