@@ -399,3 +399,26 @@ def test_a_run_far_slower_than_its_other_seeds_is_named(
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("warning: listops/softmax seed 1 (")
     assert "ran at 100 tokens/s, 0.40 x the median of its other seeds" in warnings[0]
+    assert "CPU-seconds" not in warnings[0]  # these summaries do not record cpu_s
+
+
+def test_a_slow_run_is_named_with_the_cpu_time_its_process_had(
+        runs_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Where summary.json records cpu_s, the warning says whether the slow run's process was
+    starved of CPU (another process shared its cores) beside its other seeds: a measurement,
+    not only the tokens/s ratio; runs_table keeps cpu_s per run."""
+    for path in runs_dir.rglob("summary.json"):
+        summary = json.loads(path.read_text())
+        slow = (summary["task"], summary["attention"], summary["seed"]) == ("listops", "softmax", 1)
+        path.write_text(json.dumps({**summary, "duration_s": 10.0, "cpu_s": 4.0 if slow else
+                                    9.0 + summary["seed"]}))
+    assert run_compare("--runs", runs_dir, "--out", tmp_path / "out") == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines()
+                if "was the machine busy?" in line]
+    assert len(warnings) == 1, warnings
+    # its other seeds: 11 and 12 CPU-seconds over 10 s, median 1.15
+    assert ("Its process had 0.40 CPU-seconds per second of wall time, its other seeds 1.15 "
+            "(median).") in warnings[0]
+    runs = pd.read_csv(tmp_path / "out" / "results_runs.csv")
+    assert sorted(runs.loc[runs["attention"] == "softmax", "cpu_s"]) == [4.0, 10.0, 11.0, 11.0,
+                                                                         12.0, 12.0]

@@ -19,7 +19,7 @@ from linarena.training import train
 from linarena.training.summary import round_floats, sweep_label
 
 # Fields that differ between two identical runs, or name a logger's own run.
-PER_RUN = ("wandb", "output_dir", "duration_s")
+PER_RUN = ("wandb", "output_dir", "duration_s", "cpu_s")
 MEASURED = {metric.key for metric in measured_metrics()}
 LOGGERS = [*config_names("logger"), "[csv,wandb]"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from linarena.training import ClassificationModule, train
 from linarena.training.entry import run_job
 
 SUMMARY_KEYS = {"schema_version", "task", "attention", "seed", "hparams", "metrics", "wandb",
-                "output_dir", "device", "duration_s", "commit", "config"}
+                "output_dir", "device", "duration_s", "cpu_s", "commit", "config"}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,9 @@ def test_smoke_run_trains_tests_and_writes_summary(
         "listops_small", attention, 1)
     assert summary["debug"] is True and summary["world_size"] == 1
     assert summary["global_step"] == 4
+    # the process's CPU time over the run: no more than every core for its whole wall time
+    # (both rounded to 0.1 s)
+    assert 0 < summary["cpu_s"] <= (summary["duration_s"] + 0.1) * os.cpu_count()
     metrics = summary["metrics"]
     assert set(metrics) == {metric.key for metric in summary_metrics()}
     assert 0.0 <= metrics["test/acc"] <= 1.0 and math.isfinite(metrics["test/loss"])

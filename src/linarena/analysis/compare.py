@@ -166,9 +166,28 @@ def throughput_warnings(records: Iterable[RunRecord]) -> list[str]:
                 warnings.append(
                     f"{task}/{attention} seed {run.seed} ({sweep}) ran at "
                     f"{run.metrics[TOKENS_PER_SEC.key]:,.0f} tokens/s, {share:.2f} x the median "
-                    f"of its other seeds: was the machine busy? Its tokens/s is in the mean; "
-                    f"rerun it on an idle machine ({run.source})")
+                    f"of its other seeds: was the machine busy?{_cpu_note(run, runs)} Its "
+                    f"tokens/s is in the mean; rerun it on an idle machine ({run.source})")
     return warnings
+
+
+def _cpu_share(run: RunRecord) -> float | None:
+    """CPU seconds of the run's process per second of wall time (None where not recorded)."""
+    if run.cpu_s is None or not run.duration_s:
+        return None
+    return run.cpu_s / run.duration_s
+
+
+def _cpu_note(run: RunRecord, runs: list[RunRecord]) -> str:
+    """What the run's CPU time says of it beside its other seeds', where it was recorded: a
+    process given less CPU per second than they were shared its cores with another."""
+    own = _cpu_share(run)
+    others = [value for other in runs if other is not run
+              if (value := _cpu_share(other)) is not None]
+    if own is None or not others:
+        return ""
+    return (f" Its process had {own:.2f} CPU-seconds per second of wall time, its other "
+            f"seeds {statistics.median(others):.2f} (median).")
 
 
 def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compare")) -> int:

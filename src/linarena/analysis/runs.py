@@ -45,6 +45,9 @@ class RunRecord:
     # long the run took (summary.json duration_s; None where unknown).
     max_steps: int | None = None
     duration_s: float | None = None
+    # The CPU seconds its process used over those duration_s, all threads (summary.json cpu_s;
+    # None where unknown): below its other seeds' share, other processes took its cores.
+    cpu_s: float | None = None
     # model.positions (None where the run does not say).
     positions: str | None = None
     # The code and machine that trained it (summary.json's commit and machine; None where the
@@ -153,7 +156,7 @@ def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRec
         metrics=metrics, source=where, sweep=str(summary.get("sweep") or sweep),
         debug=bool(summary.get("debug", False)),
         max_steps=None if max_steps is None else int(max_steps),
-        duration_s=_number(summary.get("duration_s")),
+        duration_s=_number(summary.get("duration_s")), cpu_s=_number(summary.get("cpu_s")),
         positions=None if positions is None else str(positions),
         commit=summary.get("commit"), cpu=machine.get("cpu"),
         cpu_kernels=machine.get("cpu_kernels"),

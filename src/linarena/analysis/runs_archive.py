@@ -40,7 +40,8 @@ def load_runs_csv(path: Path) -> list[RunRecord]:
     names = [metric.name for metric in metrics]
     table = read_csv_checked(
         Path(path), required_columns=(*NAME_COLUMNS, "failed", *names),
-        numeric_columns=("seed", "max_steps", "duration_s", *names), filled_columns=NAME_COLUMNS)
+        numeric_columns=("seed", "max_steps", "duration_s", "cpu_s", *names),
+        filled_columns=NAME_COLUMNS)
     records = []
     for row in table.to_dict("records"):
         row = {column: _value(cell) for column, cell in row.items()}
@@ -51,7 +52,8 @@ def load_runs_csv(path: Path) -> list[RunRecord]:
                      else row[metric.name] / metric.scale for metric in metrics},
             source=str(row["source"]), sweep=str(row["sweep"]),
             max_steps=None if max_steps is None else int(max_steps),
-            duration_s=row.get("duration_s"), positions=row.get("positions"),
+            duration_s=row.get("duration_s"), cpu_s=row.get("cpu_s"),
+            positions=row.get("positions"),
             commit=row.get("commit"), cpu=row.get("cpu"), cpu_kernels=row.get("cpu_kernels")))
     return records
 

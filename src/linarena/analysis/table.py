@@ -42,7 +42,8 @@ KEYS = ["sweep", "task", "attention", "positions", "max_steps"]
 def runs_table(records: Iterable[RunRecord]) -> pd.DataFrame:
     """One row per run (results_runs.csv, the per-seed source of results.csv): its names, seed,
     every compared metric in table units as its column names it (test_acc_pct in percent;
-    blank where absent or failed), how long it took, and the commit and machine that trained
+    blank where absent or failed), how long it took (and its process's CPU seconds, blank for
+    runs trained before they were recorded), and the commit and machine that trained
     it."""
     metrics = compared_metrics()
     return pd.DataFrame([
@@ -50,7 +51,7 @@ def runs_table(records: Iterable[RunRecord]) -> pd.DataFrame:
          "positions": r.positions, "max_steps": r.max_steps, "failed": r.failed,
          **{m.name: None if r.failed or r.metrics.get(m.key) is None
             else r.metrics[m.key] * m.scale for m in metrics},
-         "duration_s": r.duration_s, "commit": r.commit, "cpu": r.cpu,
+         "duration_s": r.duration_s, "cpu_s": r.cpu_s, "commit": r.commit, "cpu": r.cpu,
          "cpu_kernels": r.cpu_kernels, "source": r.source}
         for r in records])
 

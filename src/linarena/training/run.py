@@ -45,6 +45,9 @@ def train(cfg: DictConfig) -> float:
     """Train, validate and test one configuration; returns val/acc_best, the value
     hyperparameter searches maximise (check_config makes sure validation runs)."""
     started = time.monotonic()
+    # This process's CPU time (all its threads), against the wall time: what the run had of the
+    # machine, so a comparison can tell a slow run from one starved by other processes.
+    started_cpu = time.process_time()
     output_dir = Path(cfg.paths.output_dir).resolve()
 
     # Restore: a resumed run continues with its own saved config plus the allowed changes.
@@ -80,7 +83,8 @@ def train(cfg: DictConfig) -> float:
                 "machine": machine(parts.module.device.type),
                 "world_size": parts.perf.world_size,
                 "global_step": trainer.global_step,
-                "duration_s": round(time.monotonic() - started, 1), "resumes": history}
+                "duration_s": round(time.monotonic() - started, 1),
+                "cpu_s": round(time.process_time() - started_cpu, 1), "resumes": history}
 
     # Fit, then test the best (or last) weights.
     try:
