@@ -4,8 +4,9 @@
 # committed in docs/results/in_progress/ (--resume-from), and `snapshot` writes the runs
 # finished so far there, to commit before the sitting ends.
 #   bash scripts/maintainer/reruns.sh train [study|sweeps|tails ...]   the stages left, in order
-#   bash scripts/maintainer/reruns.sh snapshot        finished runs -> docs/results/in_progress/
-#                                                     (with the pair tests so far)
+#   bash scripts/maintainer/reruns.sh snapshot [study|sweeps|tails ...]
+#                                 finished runs -> docs/results/in_progress/ (with the pair tests
+#                                 so far); name the stages not yet published (default: all)
 # Training runs from a git worktree of one commit (CODE; default /tmp/linarena-reruns, made at
 # HEAD if missing), so that edits to this checkout never reach a running job; the runs go to
 # this checkout's outputs/, outside the worktree, so every sitting labels a sweep alike. The
@@ -49,14 +50,16 @@ train_tails() {
         $(resume "$KEEP/mqar_step_budget_runs.csv") --out "$OUT/studies/report"
 }
 
-snapshot() {
-    cd "$REPO"
+snapshot_study() {
     if [[ -d "$STUDY" || -f "$KEEP/mqar_state_size_runs.csv" ]]; then
         python scripts/mqar_study.py --preset mqar_study_cpu --root "$STUDY" --report-only \
             $(resume "$KEEP/mqar_state_size_runs.csv") --out "$KEEP"
         # its pairs (Fisher's test), for readings of the columns already complete
         python scripts/maintainer/study_pairs.py --folder "$KEEP"
     fi
+}
+
+snapshot_sweeps() {
     if [[ -d "$OUT/sweeps" || -f "$KEEP/results_runs.csv" ]]; then
         mkdir -p "$OUT/sweeps"
         python scripts/compare.py --runs outputs/sweeps $(resume "$KEEP/results_runs.csv") \
@@ -64,6 +67,9 @@ snapshot() {
             --note "PARTIAL: the runs finished so far (n = seeds so far)"
         python scripts/maintainer/pairwise_tests.py --runs "$KEEP/results_runs.csv" --out "$KEEP"
     fi
+}
+
+snapshot_tails() {
     if [[ -d "$OUT/studies/mqar_step_budget" ]]; then
         python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
             --tail 2000 --tail-lr 0.1 --study "$KEEP/mqar_state_size_runs.csv" \
@@ -72,23 +78,25 @@ snapshot() {
     fi
 }
 
-case "${1:-}" in
-    train)
-        shift
-        stages=("$@")
-        [[ $# -gt 0 ]] || stages=(study sweeps tails)
-        for one in "${stages[@]}"; do
-            case "$one" in
-                study|sweeps|tails) ;;
-                *) echo "reruns.sh: unknown stage '$one' (study, sweeps, tails)" >&2; exit 2 ;;
-            esac
-        done
-        [[ -d "$CODE" ]] || git -C "$REPO" worktree add --detach "$CODE" HEAD
-        cd "$CODE"
-        export PYTHONPATH="$CODE/src"
-        for one in "${stages[@]}"; do "train_$one"; done
-        stage "done" ;;
-    snapshot) snapshot ;;
-    *) echo "usage: bash scripts/maintainer/reruns.sh train [study|sweeps|tails ...] | snapshot" >&2
-       exit 2 ;;
-esac
+usage="usage: bash scripts/maintainer/reruns.sh train|snapshot [study|sweeps|tails ...]"
+what="${1:-}"
+[[ "$what" == train || "$what" == snapshot ]] || { echo "$usage" >&2; exit 2; }
+shift
+stages=("$@")
+[[ $# -gt 0 ]] || stages=(study sweeps tails)
+for one in "${stages[@]}"; do
+    case "$one" in
+        study|sweeps|tails) ;;
+        *) echo "reruns.sh: unknown stage '$one' (study, sweeps, tails)" >&2; exit 2 ;;
+    esac
+done
+if [[ "$what" == snapshot ]]; then
+    cd "$REPO"
+    for one in "${stages[@]}"; do "snapshot_$one"; done
+    exit 0
+fi
+[[ -d "$CODE" ]] || git -C "$REPO" worktree add --detach "$CODE" HEAD
+cd "$CODE"
+export PYTHONPATH="$CODE/src"
+for one in "${stages[@]}"; do "train_$one"; done
+stage "done"
