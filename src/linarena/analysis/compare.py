@@ -141,9 +141,9 @@ def steps_warnings(records: Iterable[RunRecord]) -> list[str]:
 
 
 # A run below this share of its other seeds' median tokens/s was most likely slowed by something
-# else on the machine: on the shared 2-core VM one attention's seeds ran at 0.77-1.26 x their
-# median (the 232 runs of docs/results/in_progress/results_runs.csv, 2026-12-04), while two runs
-# with a test suite beside them ran at about 0.2 x (not kept: they were trained again).
+# else on the machine: on the shared 2-core VM one attention's seeds ran at 0.75-1.30 x their
+# median (the 285 runs of docs/results/results_runs.csv on one CPU), while two runs with a test
+# suite beside them ran at about 0.2 x (not kept: they were trained again).
 CONTENDED_SHARE = 0.5
 
 
