@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.paths import load_script
 
 from linarena.analysis import golden
 from linarena.analysis.golden import (
@@ -132,3 +133,31 @@ def test_a_result_not_run_yet_has_no_golden_cases(tmp_path: Path) -> None:
     pd.DataFrame({"attention": ["elu", "softmax", "elu"]}).to_csv(tmp_path / "results.csv")
     assert published("results.csv", tmp_path) == ["elu", "softmax"]
     assert {case.preset for case in published_cases(tmp_path)} == {"", "mqar_cpu"}
+
+
+def test_missing_only_pins_the_unpinned_cases_and_keeps_every_pinned_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding cases on another CPU must not re-pin the others: their values came from the
+    machine the published results were checked on."""
+    script = load_script("scripts/maintainer/golden_runs.py")
+    kept, added = GoldenCase("", "elu", (), ("results.csv",), "rerun"), \
+        GoldenCase("", "softmax", (), ("results.csv",), "rerun")
+    gone = GoldenCase("", "performer", (), ("results.csv",), "rerun")
+    out = tmp_path / "golden.json"
+    out.write_text(json.dumps({"steps": STEPS, "batch": BATCH, "seed": SEED,
+                               "relative_tolerance": 2e-5, "environment": {"cpu": "before"},
+                               "cases": {case_key(kept): {"values": [1.0]},
+                                         case_key(gone): {"values": [2.0]}}}))
+    monkeypatch.setattr(script, "published_cases", lambda: [kept, added])
+    monkeypatch.setattr(script, "run_case", lambda case: [3.0])
+    assert script.main(["--out", str(out), "--missing-only"]) == 0
+    document = json.loads(out.read_text())
+    assert document["environment"] == {"cpu": "before"}
+    assert document["cases"][case_key(kept)] == {"values": [1.0]}
+    assert document["cases"][case_key(added)]["values"] == [3.0]
+    assert document["cases"][case_key(added)]["environment"]["cpu_kernels"]
+    assert case_key(gone) not in document["cases"]
+
+    out.write_text(json.dumps({**document, "steps": STEPS + 1}))
+    with pytest.raises(SystemExit, match="other golden settings"):
+        script.main(["--out", str(out), "--missing-only"])
