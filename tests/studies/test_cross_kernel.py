@@ -39,7 +39,7 @@ def published(attention: str, d_model: int, conv: int, lr: float, seed: int, tes
             "short_conv": conv, "d_model": d_model, "num_heads": 1, "lr": lr, "seed": seed,
             "state_size": 1, "state_kind": "recurrent", "test_acc": test, "val_acc_best": val,
             "steps": 300, "best_step": 200, "run": f"{point.folder_name}/{attention}",
-            "commit": "feed"}
+            "commit": "feed", "cpu_kernels": "AVX512"}
 
 
 def point(attention: str, d_model: int, conv: int, lr: float, tests: list[float],
@@ -57,7 +57,7 @@ def runs() -> pd.DataFrame:
             *point("softmax", 16, 0, LR1, [0.99, 0.98, 0.95]),       # 3/3, nearest 0.05
             *point("softmax", 32, 0, LR1, [0.12, 0.13, 0.60]),       # 0/3, nearest 0.30
             *point("retnet", 16, 3, LR2, [0.99, 0.99, 0.99])]        # 3/3, nearest 0.09
-    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+    return pd.DataFrame(rows, columns=[*RUN_COLUMNS, "cpu_kernels"])
 
 
 def keys(sample: pd.DataFrame) -> list[tuple]:
@@ -194,7 +194,8 @@ def test_the_report_reads_the_rerun_folders_then_resumes_from_its_csv(
     assert list(reruns.columns) == list(RERUN_COLUMNS) and len(reruns) == 4
     flipped = reruns.iloc[2]
     assert (flipped["kernel_path"], flipped["seed"], flipped["rerun_success"]) == ("avx2", 3, False)
-    assert (flipped["published_test_acc"], flipped["published_commit"]) == (0.93, "feed")
+    assert (flipped["published_test_acc"], flipped["published_commit"],
+            flipped["published_kernels"]) == (0.93, "feed", "AVX512")
     assert (flipped["rerun_commit"], flipped["cpu"], flipped["kernel"]) == \
         ("c0ffee", cpu_model(), "AVX2")
     assert flipped["kernel_env"] == env_text("avx2")

@@ -94,6 +94,7 @@ KERNEL_PATHS: dict[str, KernelPath] = {
 # One row of <out>/cross_kernel.csv per rerun.
 RERUN_COLUMNS = (*GROUP, "lr", "seed", "run", "kernel_path", "kernel_env", "kernel",
                  "published_test_acc", "published_success", "published_commit",
+                 "published_kernels",
                  "rerun_test_acc", "rerun_success", "rerun_commit", "rerun_duration_s", "cpu")
 
 
@@ -242,7 +243,9 @@ def rerun_rows(sample: pd.DataFrame, root: Path, paths: Sequence[str],
                 **{column: published[column] for column in (*GROUP, "lr", "seed")},
                 "run": rerun.run, "kernel_path": name, "kernel_env": env_text(name),
                 "kernel": kernel, "published_test_acc": published["test_acc"],
-                "published_commit": published["commit"], "rerun_test_acc": rerun.test_acc,
+                "published_commit": published["commit"],
+                "published_kernels": published.get("cpu_kernels", ""),
+                "rerun_test_acc": rerun.test_acc,
                 "rerun_commit": rerun.commit, "rerun_duration_s": rerun.duration_s,
                 "cpu": cpu_model()})
         if archived is not None:
