@@ -150,7 +150,13 @@ def test_missing_only_pins_the_unpinned_cases_and_keeps_every_pinned_value(
                                          case_key(gone): {"values": [2.0]}}}))
     monkeypatch.setattr(script, "published_cases", lambda: [kept, added])
     monkeypatch.setattr(script, "run_case", lambda case: [3.0])
-    assert script.main(["--out", str(out), "--missing-only"]) == 0
+    # main() silences logging and warnings process-wide, as a script may: undo it for the
+    # tests that run after this one on its worker (the Optuna test reads INFO lines).
+    monkeypatch.setattr(script.warnings, "filterwarnings", lambda *args, **kwargs: None)
+    try:
+        assert script.main(["--out", str(out), "--missing-only"]) == 0
+    finally:
+        logging.disable(logging.NOTSET)
     document = json.loads(out.read_text())
     assert document["environment"] == {"cpu": "before"}
     assert document["cases"][case_key(kept)] == {"values": [1.0]}
@@ -160,4 +166,7 @@ def test_missing_only_pins_the_unpinned_cases_and_keeps_every_pinned_value(
 
     out.write_text(json.dumps({**document, "steps": STEPS + 1}))
     with pytest.raises(SystemExit, match="other golden settings"):
-        script.main(["--out", str(out), "--missing-only"])
+        try:
+            script.main(["--out", str(out), "--missing-only"])
+        finally:
+            logging.disable(logging.NOTSET)

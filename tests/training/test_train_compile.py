@@ -30,9 +30,12 @@ def test_a_compiled_model_keeps_eager_weights_keys_and_outputs(tmp_path: Path) -
         torch.testing.assert_close(compiled(tokens, mask), eager(tokens, mask))
 
 
-def test_compiling_is_not_part_of_a_runs_identity() -> None:
+def test_compiling_is_not_part_of_a_runs_identity(tmp_path: Path) -> None:
     """A checkpoint written eager resumes compiled and the other way round, and one written
     before model.compile existed resumes too."""
-    eager, compiled = (run_identity(compose_config([f"model.compile={backend}"]), "c0ffee")
+    # output_dir installs Hydra's runtime config, which the identity resolves: without it the
+    # test would pass only after another test on its worker had installed one.
+    eager, compiled = (run_identity(compose_config([f"model.compile={backend}"],
+                                                   output_dir=tmp_path), "c0ffee")
                        for backend in ("null", "inductor"))
     assert eager == compiled and "model.compile" not in eager
