@@ -11,6 +11,8 @@ import json
 import logging
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +37,19 @@ PINNED = json.loads(GOLDEN_FILE.read_text())
 CASES = PINNED["cases"]
 
 
+@contextmanager
+def logging_restored(silenced: bool = True) -> Iterator[None]:
+    """Run a golden case (or golden_runs.main, which silences logging process-wide) and turn
+    logging back on after it, so later tests on the same xdist worker still see their lines
+    (the Optuna test reads INFO lines)."""
+    if silenced:
+        logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def test_pinned_file_matches_the_golden_settings():
     assert (PINNED["steps"], PINNED["batch"], PINNED["seed"]) == (STEPS, BATCH, SEED), (
         "golden settings changed: pin the losses again with "
@@ -46,11 +61,8 @@ def test_golden(key: str) -> None:
     entry = CASES[key]
     case = GoldenCase(entry["preset"], entry["attention"], tuple(entry["overrides"]),
                       tuple(entry["results"]), entry["rerun"])
-    logging.disable(logging.WARNING)
-    try:
+    with logging_restored():
         values = run_case(case)
-    finally:
-        logging.disable(logging.NOTSET)
     tolerance = PINNED["relative_tolerance"]
     moved = [(index, old, new) for index, (old, new) in enumerate(zip(entry["values"], values,
                                                                     strict=True))
@@ -74,16 +86,13 @@ def test_mixture_golden_run_is_deterministic_and_fast() -> None:
     assert none.overrides == ("model.positions=none",)
     assert case.overrides == ("model.positions=rope",)
     assert case.preset == "mqar_mixture_cpu" and "mqar_mixture.csv" in case.results
-    logging.disable(logging.WARNING)
-    try:
+    with logging_restored():
         timings, values = [], []
         for _ in range(2):
             golden._batches.cache_clear()  # regenerate the data too
             started = time.monotonic()
             values.append(run_case(case))
             timings.append(time.monotonic() - started)
-    finally:
-        logging.disable(logging.NOTSET)
     assert values[0] == values[1]
     assert len(values[0]) == 2 * (STEPS + 1) and all(math.isfinite(v) for v in values[0])
     # Every golden case runs in the default suite: each must stay a few seconds.
@@ -112,11 +121,8 @@ def test_a_studys_golden_cases_are_configured_as_the_study_trains_them() -> None
     assert not any(o.startswith("attention=") for o in hybrid.train_overrides)
     assert found["mqar_study_cpu/swa/attention.window=16/model.short_conv=3"].train_overrides[0] \
         == "attention=swa"
-    logging.disable(logging.WARNING)
-    try:
+    with logging_restored():
         values = run_case(hybrid)  # composes and trains as train.py would
-    finally:
-        logging.disable(logging.NOTSET)
     assert len(values) == 2 * (STEPS + 1) and all(math.isfinite(v) for v in values)
 
 
@@ -150,13 +156,10 @@ def test_missing_only_pins_the_unpinned_cases_and_keeps_every_pinned_value(
                                          case_key(gone): {"values": [2.0]}}}))
     monkeypatch.setattr(script, "published_cases", lambda: [kept, added])
     monkeypatch.setattr(script, "run_case", lambda case: [3.0])
-    # main() silences logging and warnings process-wide, as a script may: undo it for the
-    # tests that run after this one on its worker (the Optuna test reads INFO lines).
+    # main() silences warnings process-wide too, as a script may: keep them on here.
     monkeypatch.setattr(script.warnings, "filterwarnings", lambda *args, **kwargs: None)
-    try:
+    with logging_restored(silenced=False):
         assert script.main(["--out", str(out), "--missing-only"]) == 0
-    finally:
-        logging.disable(logging.NOTSET)
     document = json.loads(out.read_text())
     assert document["environment"] == {"cpu": "before"}
     assert document["cases"][case_key(kept)] == {"values": [1.0]}
@@ -165,8 +168,6 @@ def test_missing_only_pins_the_unpinned_cases_and_keeps_every_pinned_value(
     assert case_key(gone) not in document["cases"]
 
     out.write_text(json.dumps({**document, "steps": STEPS + 1}))
-    with pytest.raises(SystemExit, match="other golden settings"):
-        try:
-            script.main(["--out", str(out), "--missing-only"])
-        finally:
-            logging.disable(logging.NOTSET)
+    with pytest.raises(SystemExit, match="other golden settings"), \
+            logging_restored(silenced=False):
+        script.main(["--out", str(out), "--missing-only"])
