@@ -16,8 +16,11 @@ With --tail N instead of --max-steps, each of the study's runs is continued from
 checkpoint (in --study-root, the study's run folders) for N more steps at a constant lr,
 --tail-lr times the study's (studies.step_budget.TailPoint): the study's run continued, not a
 new schedule (issue #26 item 6). Where a study run's checkpoint is gone (a study resumed from its
-runs CSV in another session), --retrain-study trains that run again first and stops unless it
-gives its row of --study exactly.
+runs CSV in another session), --retrain-study trains that run again first; a run repeats bit
+for bit only on the CPU kernels that trained it, so on another machine's the retrain differs
+from its row of --study, and its tail continues the retrain. Each tail is compared with the run
+it continued: its row in <name>_runs.csv names that run's result (start_* columns), and the
+caption counts the tails that continued a retrain differing from its published row.
 """
 
 from __future__ import annotations
@@ -30,18 +33,22 @@ from pathlib import Path
 import pandas as pd
 
 from linarena.analysis.provenance import command_line, training_note
+from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.variants import check_variant_names, variant_names
 from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, load_study, study_runs
 from linarena.studies.step_budget import (
+    START_COLUMNS,
     caption,
     chosen_points,
     compare,
     comparison_table,
+    continued,
     plan_tail,
     study_checkpoint,
     unreproduced,
+    with_starts,
 )
 from linarena.studies.step_budget import plan as plan_tasks
 from linarena.studies.study import Task, pending, run_tasks, write_report
@@ -68,8 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the study's run folders, whose last.ckpt the tails start from")
     parser.add_argument("--retrain-study", action="store_true",
                         help="with --tail: train again, into --study-root, the study runs whose "
-                             "last.ckpt is missing there (a study resumed from its runs CSV), "
-                             "and stop unless each gives its row of --study exactly")
+                             "last.ckpt is missing there (a study resumed from its runs CSV); "
+                             "says which differ from their rows of --study (other kernels)")
     parser.add_argument("--root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_step_budget",
                         help="folder of the run folders (default outputs/studies/mqar_step_budget)")
@@ -84,7 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def retrain_study(study: pd.DataFrame, tasks: list[Task], args: argparse.Namespace,
                   entries: dict[str, list[str]]) -> None:
     """Train the study runs of `tasks` without a last.ckpt in --study-root again there (the
-    study's own commands), then check that each gives its row of `study` exactly."""
+    study's own commands), then say how many differ from their rows of `study`."""
     missing = [(point, [name for name in names
                         if not study_checkpoint(args.study_root, point, name).is_file()])
                for point, names in tasks]
@@ -102,12 +109,12 @@ def retrain_study(study: pd.DataFrame, tasks: list[Task], args: argparse.Namespa
     differ = unreproduced(study, retrained[retrained["run"].isin(runs)])
     if len(differ):
         row = differ.iloc[0]
-        raise ValueError(
-            f"study run {row['run']} trained again gives test accuracy "
-            f"{row['test_acc_retrained']} (best step {row['best_step_retrained']}), its row in "
-            f"{args.study} {row['test_acc']} (best step {row['best_step']}); {len(differ)} runs "
-            "differ: this machine or code does not reproduce the study, so its tails would not "
-            "continue the published runs")
+        print(f"{len(differ)} of {len(runs)} study runs trained again differ from their rows in "
+              f"{args.study} (e.g. {row['run']}: test accuracy {row['test_acc_retrained']}, "
+              f"best step {row['best_step_retrained']}; published {row['test_acc']}, best step "
+              f"{row['best_step']}): a run repeats bit for bit only on the CPU kernels that "
+              "trained it, so their tails continue the runs trained here, and the table "
+              "compares each tail with the run it continued", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,12 +158,17 @@ def main(argv: list[str] | None = None) -> int:
                       [] if args.tail else longer_steps, counts, entries=grid["entries"])
             print(f"outcomes: {counts}", flush=True)
         longer = study_runs(args.root, archived)
+        longer = longer[longer["max_steps"] == steps]
+        if args.tail:  # each tail with the run it continued (kept in the runs CSV it writes)
+            starts = (None if archived is None else read_csv_checked(
+                args.resume_from, required_columns=["run", *START_COLUMNS.values()]))
+            longer = with_starts(longer, args.study_root, args.tail_lr, starts)
     except STUDY_ERRORS as error:
         return fail("mqar_step_budget.py", error)
-    longer = longer[longer["max_steps"] == steps]
     # A tail ran at a fraction of the study's lr: paired with the study's run at its own lr.
     paired = longer.assign(lr=longer["lr"] / args.tail_lr) if args.tail else longer
-    table = compare(study, paired, points)
+    base = continued(study, paired) if args.tail else study
+    table = compare(base, paired, points)
     if table.empty:
         print(f"mqar_step_budget.py: error: no run with max_steps {steps} at the chosen points "
               f"under {args.root} yet: run without --report-only", file=sys.stderr)
@@ -165,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_report(out, args.name, {
         "_runs.csv": longer, ".csv": table,
         ".md": caption(table, planned, int(table["seeds"].sum()),
-                       args.tail_lr if args.tail else None)
+                       args.tail_lr if args.tail else None,
+                       len(unreproduced(study, base)))
         + training_note(longer, f"{args.name}_runs.csv")
         + comparison_table(table, variant_names(), tail=bool(args.tail)),
     }, command_line(__file__, argv))

@@ -63,7 +63,7 @@ if [[ "$WHAT" == all || "$WHAT" == study ]]; then
         $(resume mqar_state_size_runs.csv) --out "$OUT"
     echo "== was 2,000 steps enough? the d_model 16 runs with the conv continued 2,000 more"
     echo "   steps at a constant 0.1 x their lr, from their own last checkpoints (trained again"
-    echo "   where they are gone, and checked to give their published rows exactly)"
+    echo "   where they are gone; each tail is compared with the run it continued)"
     python scripts/mqar_step_budget.py --preset mqar_study_cpu --widths 16 --short-conv 3 \
         --tail 2000 --tail-lr 0.1 --jobs 2 --study "$OUT/mqar_state_size_runs.csv" \
         --retrain-study $(resume mqar_step_budget_runs.csv) --out "$OUT"

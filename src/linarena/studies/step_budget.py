@@ -14,6 +14,11 @@ Two kinds of longer run, said in the caption (issue #26 item 6):
 - a constant-lr tail (TailPoint): the study's run continued from its last checkpoint
   (init_weights) for --tail more steps at a constant lr, a fraction of the study's, no warmup.
   If the study's run had stopped improving, its tail does not improve it either.
+
+A tail is compared with the run it continued, whose result its row keeps (START_COLUMNS). That
+is the published run where its checkpoint survives or its retrain repeats it bit for bit (same
+kernels); a study run trained again on another CPU's kernels differs from its published row, and
+its tail continues, and is compared with, the run trained here.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from linarena.studies.runs import GROUP
+from linarena.studies.runs import GROUP, load_study
 from linarena.studies.state_size import choose_lr, lr_basis
 from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.studies.study import StudyPoint, Task, group_tasks, train_commands
@@ -33,6 +38,9 @@ from linarena.studies.study import StudyPoint, Task, group_tasks, train_commands
 # Learning rates are floats read back from CSVs and configs: matched at this many digits.
 LR_DIGITS = 10
 KEY = [*GROUP, "lr", "seed"]
+# A tail's row: the run it continued (the study run at --study-root), column by column.
+START_COLUMNS = {"test_acc": "start_test_acc", "best_step": "start_best_step",
+                 "commit": "start_commit", "cpu_kernels": "start_cpu_kernels"}
 
 
 def chosen_points(study: pd.DataFrame, grid: dict[str, Any], widths: Sequence[int],
@@ -115,6 +123,49 @@ def unreproduced(study: pd.DataFrame, retrained: pd.DataFrame) -> pd.DataFrame:
                              "best_step_retrained"]]
 
 
+def with_starts(tails: pd.DataFrame, study_root: Path, lr_fraction: float,
+                archived: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The tails (runs of TailPoints at `lr_fraction` x the study's lr) with START_COLUMNS: the
+    result of the run each continued, from `archived` (a tails' runs CSV, by run) where a row
+    was read back from it, else from that study run's folder at `study_root`."""
+    starts = (pd.DataFrame(columns=["run", *START_COLUMNS.values()]) if archived is None
+              else archived[["run", *START_COLUMNS.values()]])
+    kept = tails[tails["run"].isin(starts["run"])].merge(starts, on="run")
+    fresh = tails[~tails["run"].isin(starts["run"])]
+    if fresh.empty:
+        return kept
+    found = (load_study([study_root]) if study_root.is_dir()
+             else pd.DataFrame(columns=[*KEY, *START_COLUMNS]))
+    found = found[[*KEY, *START_COLUMNS]].rename(columns=START_COLUMNS)
+    found["lr"] = found["lr"].astype(float).round(LR_DIGITS)
+    fresh = fresh.assign(lr=(fresh["lr"] / lr_fraction).round(LR_DIGITS)).merge(
+        found, on=KEY, how="left", indicator=True)
+    absent = fresh[fresh["_merge"] == "left_only"]
+    if len(absent):
+        raise FileNotFoundError(
+            f"tail {absent['run'].iloc[0]} (and {len(absent) - 1} more): the study run it "
+            f"continued has no finished run folder in {study_root}: point --study-root at the "
+            "study's run folders, or report from the tails' runs CSV (--resume-from), which "
+            "names each start")
+    fresh = fresh.drop(columns="_merge").assign(lr=lambda runs: runs["lr"] * lr_fraction)
+    return pd.concat([kept, fresh], ignore_index=True).sort_values("run", kind="stable") \
+        .reset_index(drop=True)
+
+
+def continued(study: pd.DataFrame, tails: pd.DataFrame) -> pd.DataFrame:
+    """The study's runs as its tails (with_starts, lr already the study's) continued them: each
+    tail's start replaces its study run's test accuracy and best step, which differ where the
+    run was trained again on other kernels than the published one's."""
+    starts = tails.assign(lr=tails["lr"].round(LR_DIGITS))[
+        [*KEY, "start_test_acc", "start_best_step"]].drop_duplicates(KEY)
+    runs = study.assign(lr_key=study["lr"].round(LR_DIGITS)).merge(
+        starts.rename(columns={"lr": "lr_key"}), on=[*GROUP, "lr_key", "seed"], how="left")
+    has = runs["start_test_acc"].notna() | runs["start_best_step"].notna()
+    runs.loc[has, "test_acc"] = runs.loc[has, "start_test_acc"].astype(float)
+    runs.loc[has, "best_step"] = runs.loc[has, "start_best_step"].astype(float)
+    return runs.drop(columns=["lr_key", "start_test_acc", "start_best_step"])
+
+
 def _at_points(runs: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """The rows of `runs` at the points' (attention, short_conv, d_model, lr)."""
     keyed = points.assign(lr=points["lr"].round(LR_DIGITS))
@@ -171,9 +222,11 @@ def comparison_table(table: pd.DataFrame, order: Sequence[str], tail: bool = Fal
 
 
 def caption(table: pd.DataFrame, planned: int, done: int,
-            tail_fraction: float | None = None) -> str:
+            tail_fraction: float | None = None, retrained: int = 0) -> str:
     """What the table shows, above it in <name>.md; says so when runs are still missing.
-    `tail_fraction`: the longer runs are constant-lr tails at this fraction of the study's lr."""
+    `tail_fraction`: the longer runs are constant-lr tails at this fraction of the study's lr;
+    `retrained`: how many of them continued a study run trained again that differs from its
+    published row."""
     first = table.iloc[0]
     if tail_fraction is not None:
         text = (f"The state-size study's runs at these points continued from their last "
@@ -186,6 +239,13 @@ def caption(table: pd.DataFrame, planned: int, done: int,
                 f"reached {100 * SUCCESS_THRESHOLD:.0f}%; median gain: the median over seeds of "
                 f"the tail's test accuracy minus the study's; best step: the median step of the "
                 f"best validation accuracy (the tail's counted from its start).\n\n")
+        if retrained:
+            text += (f"{retrained} of the {done} tails continued a study run trained again "
+                     f"(its checkpoint was gone) on other CPU kernels than the published run's, "
+                     f"which differs from its published row: at those seeds the "
+                     f"{first['max_steps_study']:,}-step column is the run trained again, the "
+                     f"one the tail continued (the runs CSV's start_* columns give each tail's "
+                     f"start).\n\n")
         if done < planned:
             text = (f"PARTIAL: {done} of {planned} runs finished; points with fewer seeds than "
                     f"the study are incomplete.\n\n" + text)
