@@ -34,10 +34,11 @@ import pandas as pd
 
 from linarena.analysis.provenance import command_line, training_note
 from linarena.analysis.result_files import read_csv_checked
-from linarena.attention.variants import check_variant_names, variant_names
+from linarena.attention.variants import check_variant_names
 from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, load_study, study_runs
+from linarena.studies.state_size import study_names
 from linarena.studies.step_budget import (
     START_COLUMNS,
     caption,
@@ -123,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.max_steps or args.tail
     longer_steps = [f"trainer.max_steps={steps}"]
     try:
-        names = check_variant_names(args.attention) if args.attention else variant_names()
         grid = load_grid(args.preset)
+        names = check_variant_names(args.attention) if args.attention else study_names(grid)
         study = load_archive(args.study, preset_protocol(args.preset))
         points = chosen_points(study, grid, args.widths, args.short_conv, names)
         if points.empty:
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                        args.tail_lr if args.tail else None,
                        len(unreproduced(study, base)))
         + training_note(longer, f"{args.name}_runs.csv")
-        + comparison_table(table, variant_names(), tail=bool(args.tail)),
+        + comparison_table(table, study_names(grid), tail=bool(args.tail)),
     }, command_line(__file__, argv))
     print(f"{len(longer)} longer runs -> {paths[1]}")
     return 0

@@ -153,6 +153,27 @@ def test_the_tail_report_pairs_each_tail_with_its_study_run(study, study_root, t
     assert list(runs["start_test_acc"]) == pytest.approx([0.70, 0.40, 0.92])
 
 
+def test_the_tails_cover_the_preset_hybrid_entries_too(study, study_root, tmp_path):
+    """Without --attention the check takes every point the study trained, its hybrid stacks
+    (the preset's entries) included, not only the variants of conf/attention/."""
+    hybrid = study[study["attention"] == "elu"].assign(
+        attention="gated_deltanet+softmax",
+        run=lambda runs: runs["run"].str.replace("/elu", "/gated_deltanet+softmax"))
+    csv = tmp_path / "study_runs.csv"
+    pd.concat([study, hybrid]).to_csv(csv, index=False)
+    root = tmp_path / "tails"
+    for seed in (1, 2, 3):
+        fake_run(root, "elu", 16, 3, 1e-3, val=0.9, test=0.9, seed=seed,
+                 overrides=["optim.schedule=constant", "trainer.max_steps=500"])
+    out = tmp_path / "out"
+    script = load_script("scripts/mqar_step_budget.py")
+    assert script.main(["--study", str(csv), "--widths", "16", "--short-conv", "3", "--tail",
+                        "500", "--root", str(root), "--study-root", str(study_root),
+                        "--out", str(out), "--report-only"]) == 0
+    # elu's 3 seeds, softmax's 1 and the hybrid's 3 are planned; elu's 3 have run
+    assert "PARTIAL: 3 of 7 runs finished" in (out / "mqar_step_budget.md").read_text()
+
+
 def test_a_tail_without_the_run_it_continued_is_a_clear_error(study, tmp_path, capsys):
     """A tail is read against the run it continued: without that run's folder (nor the tails'
     runs CSV, which names it) there is nothing to compare it with."""
