@@ -119,8 +119,10 @@ def test_write_tables_refuses_every_kind_of_damaged_source(published: tuple[Path
         write_tables(readme, folder)
     shutil.copyfile(PUBLISHED_DIR / "results.csv", folder / "results.csv")
     study = folder / "mqar_state_size.csv"
-    study.write_text(study.read_text().replace(",cosFormer,", ",cosFormer,x,", 1))
-    with pytest.raises(ResultFileError, match=r"mqar_state_size\.csv:2: .* fields"):
+    lines = study.read_text().splitlines(keepends=True)
+    lines[3] = lines[3].replace(",", ",x,", 1)  # one field too many on line 4
+    study.write_text("".join(lines))
+    with pytest.raises(ResultFileError, match=r"mqar_state_size\.csv:4: .* fields"):
         write_tables(readme, folder)
 
 
@@ -144,7 +146,7 @@ def test_a_damaged_study_csv_is_called_damaged_not_another_study(tmp_path: Path)
     with pytest.raises(ResultFileError,
                        match=rf"{path}:5: damaged, no value in column 'max_steps'"):
         load_archive(path, protocol)
-    assert len(RUN_COLUMNS) == len(runs.columns)
+    assert set(RUN_COLUMNS) <= set(runs.columns)
 
 
 def test_study_scripts_say_a_resumed_csv_is_damaged(

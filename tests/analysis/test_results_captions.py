@@ -86,8 +86,9 @@ def test_shown_command_keeps_the_report_step_and_inserts_missing_flags() -> None
 
 
 def test_the_time_of_one_run_is_shown_where_the_data_has_it(folder: Path) -> None:
-    assert "one run took" not in render("mqar_state_size", folder)
     runs = pd.read_csv(folder / "mqar_state_size_runs.csv")
+    runs.drop(columns="duration_s").to_csv(folder / "mqar_state_size_runs.csv", index=False)
+    assert "one run took" not in render("mqar_state_size", folder)  # a CSV from before durations
     runs.assign(duration_s=[30.0 + i for i in range(len(runs))]).to_csv(
         folder / "mqar_state_size_runs.csv", index=False)
     median = 30.0 + (len(runs) - 1) / 2
