@@ -136,10 +136,11 @@ def with_starts(tails: pd.DataFrame, study_root: Path, lr_fraction: float,
         return kept
     found = (load_study([study_root]) if study_root.is_dir()
              else pd.DataFrame(columns=[*KEY, *START_COLUMNS]))
-    found = found[[*KEY, *START_COLUMNS]].rename(columns=START_COLUMNS)
-    found["lr"] = found["lr"].astype(float).round(LR_DIGITS)
-    fresh = fresh.assign(lr=(fresh["lr"] / lr_fraction).round(LR_DIGITS)).merge(
-        found, on=KEY, how="left", indicator=True)
+    # matched on the study run's lr, the tail's own lr kept as it was read
+    found = found[[*KEY, *START_COLUMNS]].rename(columns={**START_COLUMNS, "lr": "study_lr"})
+    found["study_lr"] = found["study_lr"].astype(float).round(LR_DIGITS)
+    fresh = fresh.assign(study_lr=(fresh["lr"] / lr_fraction).round(LR_DIGITS)).merge(
+        found, on=[*GROUP, "study_lr", "seed"], how="left", indicator=True)
     absent = fresh[fresh["_merge"] == "left_only"]
     if len(absent):
         raise FileNotFoundError(
@@ -147,7 +148,7 @@ def with_starts(tails: pd.DataFrame, study_root: Path, lr_fraction: float,
             f"continued has no finished run folder in {study_root}: point --study-root at the "
             "study's run folders, or report from the tails' runs CSV (--resume-from), which "
             "names each start")
-    fresh = fresh.drop(columns="_merge").assign(lr=lambda runs: runs["lr"] * lr_fraction)
+    fresh = fresh.drop(columns=["_merge", "study_lr"])
     return pd.concat([kept, fresh], ignore_index=True).sort_values("run", kind="stable") \
         .reset_index(drop=True)
 
