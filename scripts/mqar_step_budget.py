@@ -48,6 +48,7 @@ from linarena.studies.step_budget import (
     continued,
     plan_tail,
     study_checkpoint,
+    study_run_finished,
     unreproduced,
     with_starts,
 )
@@ -91,13 +92,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def retrain_study(study: pd.DataFrame, tasks: list[Task], args: argparse.Namespace,
                   entries: dict[str, list[str]]) -> None:
-    """Train the study runs of `tasks` without a last.ckpt in --study-root again there (the
-    study's own commands), then say how many differ from their rows of `study`."""
+    """Train the study runs of `tasks` that did not finish in --study-root (no last.ckpt, or
+    stopped mid-training) again there (the study's own commands), then say how many differ
+    from their rows of `study`."""
     missing = [(point, [name for name in names
-                        if not study_checkpoint(args.study_root, point, name).is_file()])
+                        if not study_run_finished(args.study_root, point, name)])
                for point, names in tasks]
     missing = [(point, names) for point, names in missing if names]
-    for point, names in missing:  # a run folder without its checkpoint is trained from scratch
+    for point, names in missing:  # an unfinished run folder is trained again from scratch
         for name in names:
             shutil.rmtree(args.study_root / point.folder_name / name, ignore_errors=True)
     print(f"retraining {sum(len(n) for _, n in missing)} study runs for their checkpoints",
@@ -134,16 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.tail:
             tasks = plan_tail(points, study, args.study_root, args.tail, args.tail_lr)
             absent = [study_checkpoint(point.study_root, point.point, name)
-                      for point, names_at in tasks for name in names_at]
-            absent = [path for path in absent if not path.is_file()]
+                      for point, names_at in tasks for name in names_at
+                      if not study_run_finished(point.study_root, point.point, name)]
             if absent and args.retrain_study and not args.report_only:
                 retrain_study(study, plan_tasks(points, study), args, grid["entries"])
                 absent = []
             if absent and not args.report_only:
                 raise FileNotFoundError(
-                    f"{absent[0]} (and {len(absent) - 1} more) not found: a tail continues the "
-                    "study's own runs; point --study-root at the study's run folders, or add "
-                    "--retrain-study to train them again there")
+                    f"{absent[0]} (and {len(absent) - 1} more) not found or not finished (a run "
+                    "stopped mid-training leaves a last.ckpt but no summary.json): a tail "
+                    "continues the study's own finished runs; point --study-root at the study's "
+                    "run folders, or add --retrain-study to train them again there")
         else:
             tasks = plan_tasks(points, study)
         archived = (None if args.resume_from is None else

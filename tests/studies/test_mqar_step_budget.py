@@ -252,3 +252,51 @@ def test_a_tail_whose_checkpoint_is_gone_retrains_the_study_run_and_checks_it(
                         str(again)]) == 0
     for name in ("mqar_step_budget.csv", "mqar_step_budget.md"):
         assert (again / name).read_text() == (out / name).read_text()
+
+
+def test_a_study_run_stopped_before_it_finished_is_trained_again_not_continued(
+        study, tmp_path, monkeypatch, capsys):
+    """A study run killed mid-training (a sitting's end) leaves a last.ckpt from its middle
+    and no summary.json. A tail must not start from it: without --retrain-study that is an
+    error naming the run; with it the run is trained again from scratch, and only it."""
+    csv = tmp_path / "study_runs.csv"
+    study.to_csv(csv, index=False)
+    published = study.set_index("run")["test_acc"]
+    study_root, root = tmp_path / "study", tmp_path / "tails"
+    for seed in (1, 3):  # finished: summary.json and last.ckpt
+        folder = fake_run(study_root, "elu", 16, 3, 1e-2, val=0.5, test=published[
+            f"d16_conv3_lr1.00e-02_seed{seed}/elu"], seed=seed)
+        (folder / "checkpoints" / "last.ckpt").touch()
+    stopped = study_root / "d16_conv3_lr1.00e-02_seed2" / "elu"
+    (stopped / "checkpoints").mkdir(parents=True)
+    (stopped / "checkpoints" / "last.ckpt").touch()  # and no summary.json
+    trained = []
+    script = load_script("scripts/mqar_step_budget.py")
+
+    def fake_training(tasks, preset, where, *args, **kwargs) -> None:
+        for point, names in tasks:
+            for name in names:
+                trained.append((where, point.folder_name, name))
+                if where == study_root:
+                    assert not (where / point.folder_name / name).exists()  # from scratch
+                    test = published[f"{point.folder_name}/{name}"]
+                    folder = fake_run(study_root, name, point.d_model, point.short_conv,
+                                      point.lr, val=test, test=test, seed=point.seed)
+                    (folder / "checkpoints" / "last.ckpt").touch()
+                else:
+                    fake_run(root, name, 16, 3, point.point.lr * 0.1, val=0.9, test=0.9,
+                             seed=point.point.seed, overrides=["optim.schedule=constant",
+                                                               "trainer.max_steps=500"])
+
+    monkeypatch.setattr(script, "run_tasks", fake_training)
+    args = ["--study", str(csv), "--widths", "16", "--short-conv", "3", "--attention", "elu",
+            "--tail", "500", "--root", str(root), "--study-root", str(study_root),
+            "--out", str(tmp_path / "out")]
+    assert script.main(args) == 2
+    error = capsys.readouterr().err
+    assert str(stopped / "checkpoints" / "last.ckpt") in error and "not finished" in error
+    assert not trained
+    assert script.main([*args, "--retrain-study"]) == 0
+    assert [(folder, name) for where, folder, name in trained if where == study_root] == [
+        ("d16_conv3_lr1.00e-02_seed2", "elu")]
+    assert sum(where == root for where, _, _ in trained) == 3

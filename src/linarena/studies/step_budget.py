@@ -34,6 +34,7 @@ from linarena.studies.runs import GROUP, load_study
 from linarena.studies.state_size import choose_lr, lr_basis
 from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.studies.study import StudyPoint, Task, group_tasks, train_commands
+from linarena.training.summary import SUMMARY_FILE
 
 # Learning rates are floats read back from CSVs and configs: matched at this many digits.
 LR_DIGITS = 10
@@ -70,6 +71,14 @@ def plan(points: pd.DataFrame, study: pd.DataFrame) -> list[Task]:
 def study_checkpoint(study_root: Path, point: StudyPoint, name: str) -> Path:
     """The last.ckpt of the study's run of `name` at `point`: where its tail starts."""
     return study_root / point.folder_name / name / "checkpoints" / "last.ckpt"
+
+
+def study_run_finished(study_root: Path, point: StudyPoint, name: str) -> bool:
+    """Whether the study's run of `name` at `point` finished with its last.ckpt: a run stopped
+    mid-training (a sitting's end) leaves a last.ckpt from its middle but no summary.json."""
+    folder = study_root / point.folder_name / name
+    return (folder / SUMMARY_FILE).is_file() and study_checkpoint(study_root, point,
+                                                                  name).is_file()
 
 
 @dataclasses.dataclass(frozen=True)
