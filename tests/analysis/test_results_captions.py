@@ -158,3 +158,22 @@ def test_the_training_one_run_line_gives_what_that_seed_published(folder: Path) 
             assert f"mean {row['test_acc_pct_mean']:.2f}%" in line, line
     (folder / "results_runs.csv").unlink()  # the published sweeps before issue #26 had none
     assert "as the mean of" in render("training", folder)
+
+
+def test_a_tail_one_run_line_is_its_own_command_with_the_checkpoint_it_continues(
+        folder: Path) -> None:
+    """A step-budget tail is not the study's command with more steps: its line gives the
+    command that trained it (constant lr, the checkpoint it continues, relative to the
+    repository) and the accuracy it started from."""
+    runs = pd.read_csv(folder / "mqar_step_budget_runs.csv")
+    runs.loc[0, "command"] = (
+        "python train.py experiment=mqar_study_cpu attention=elu seed=1 optim.lr=0.001 "
+        "optim.schedule=constant trainer.max_steps=2000 logger=none "
+        "init_weights=/somewhere/repo/outputs/studies/x/d16/elu/checkpoints/last.ckpt")
+    runs.loc[0, "start_test_acc"] = 0.4125
+    runs.to_csv(folder / "mqar_step_budget_runs.csv", index=False)
+    line, = [line for line in render("mqar_step_budget", folder).splitlines()
+             if line.startswith("One run:")]
+    assert "optim.schedule=constant" in line and "/somewhere" not in line
+    assert "init_weights=outputs/studies/x/d16/elu/checkpoints/last.ckpt`" in line
+    assert "continuing a study run at 41.2%" in line

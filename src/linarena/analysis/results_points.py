@@ -220,11 +220,19 @@ def study_point(folder: Path) -> list[str]:
 
 
 def step_budget_point(folder: Path) -> list[str]:
-    """The first of the longer runs."""
+    """The first of the longer runs. A tail's line is its own recorded command (its constant
+    lr and the checkpoint it continues, the path made relative to the repository) and says
+    where it started; a longer run's is the study's command with its max_steps."""
     runs = _runs(folder, "mqar_step_budget_runs.csv")
     if runs is None:
         return []
     row = runs.iloc[0]
+    if pd.notna(row.get("start_test_acc")) and pd.notna(row.get("command")):
+        tail = re.sub(r"init_weights=\S*?/(outputs/\S+)", r"init_weights=\1", row["command"])
+        start = (f", continuing a study run at {100 * float(row['start_test_acc']):.1f}% "
+                 "whose checkpoint `--retrain-study` trains")
+        return [_line(tail, _run_point(row, runs).replace(" in its runs CSV",
+                                                          f" in its runs CSV{start}"))]
     command = load(folder).get("mqar_step_budget.csv", {}).get("command", "")
     preset = _option(command, r"--preset[ =]([\w/]+)", "mqar_study_cpu")
     extra = f" trainer.max_steps={int(row['max_steps'])}"
