@@ -83,7 +83,7 @@ def print_plan(plan: pd.DataFrame, jobs: int) -> None:
     print(f"left: {known['runs'].sum()} runs known, at most {plan['runs'].sum()} in all; "
           + ("no run has finished yet to time them" if hours.isna().all() else
              f"about {hours[plan['exact']].sum():.1f} to {hours.sum():.1f} hours at "
-             f"--jobs {jobs} (median durations of the finished runs at each width)"))
+             f"--jobs {jobs} (mean durations of the finished runs in each column)"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -350,3 +350,24 @@ def test_the_plan_counts_what_is_left_exactly_where_it_is_known(tmp_path: Path) 
     after = plan_study(grid, tmp_path, names)
     assert list(zip(after["runs"], after["exact"], strict=True)) == [
         (0, True), (4, True), (4, False)]  # the lr is chosen: seeds 2 and 3 of both
+
+
+def test_the_plan_times_a_column_by_the_mean_duration_of_its_finished_runs(
+        tmp_path: Path) -> None:
+    """The runs left take about their number times the mean duration: a median would follow
+    the early-stopped runs and put a column of runs that train every step far too low."""
+    grid = load_grid(PRESET, ["study.widths=[16,32]", "study.short_conv=[0,3]",
+                              "study.lrs=[1e-2]", "study.seeds=[1,2,3]", "study.lr_seeds=[1]"])
+    for seed, seconds in ((1, 10.0), (2, 20.0), (3, 150.0)):
+        summary = fake_run(tmp_path, "elu", 16, 3, 1e-2, val=0.5, test=0.5,
+                           seed=seed) / "summary.json"
+        summary.write_text(json.dumps(json.loads(summary.read_text()) | {"duration_s": seconds}))
+    summary = fake_run(tmp_path, "elu", 32, 0, 1e-2, val=0.5, test=0.5) / "summary.json"
+    summary.write_text(json.dumps(json.loads(summary.read_text()) | {"duration_s": 400.0}))
+    plan = plan_study(grid, tmp_path, ["elu"]).drop_duplicates(["d_model", "short_conv"])
+    columns = zip(plan["d_model"], plan["short_conv"], strict=True)
+    seconds = dict(zip(columns, plan["seconds_per_run"], strict=True))
+    assert seconds[(16, 3)] == pytest.approx(60.0)  # the mean; the median is 20
+    assert seconds[(16, 0)] == pytest.approx(60.0)  # no run in the column: its width's
+    assert seconds[(32, 0)] == pytest.approx(400.0)
+    assert seconds[(32, 3)] == pytest.approx(400.0)

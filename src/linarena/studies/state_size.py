@@ -173,8 +173,10 @@ def plan_study(grid: dict[str, Any], root: Path, names: Sequence[str],
     """The runs the study still has to train, per column and STAGES step: `runs`, exact where
     the steps before it are finished (which lr each point trains at is then known), else the
     most it can be (`exact` False: every point's seeds split, for the last step); and
-    `seconds_per_run`, the median duration of the finished runs at that width (or of all of
-    them; NaN before any)."""
+    `seconds_per_run`, the mean duration of the finished runs in that column (else at that
+    width, else of all of them; NaN before any): the mean, because the runs left take about
+    their number times it, where early-stopped runs pull a median far below the runs that
+    train every step."""
     done = study_runs(root, archived) if archived is not None or any(
         root.rglob(SUMMARY_FILE)) else None
     rows = []
@@ -188,14 +190,21 @@ def plan_study(grid: dict[str, Any], root: Path, names: Sequence[str],
             else:
                 runs = len(here) * len(stage_seeds(stage, grid))
             rows.append({"d_model": width, "short_conv": conv, "stage": stage, "runs": runs,
-                         "exact": earlier_done, "seconds_per_run": _seconds(done, width)})
+                         "exact": earlier_done,
+                         "seconds_per_run": _seconds(done, width, conv)})
             earlier_done = earlier_done and runs == 0
     return pd.DataFrame(rows)
 
 
-def _seconds(runs: pd.DataFrame | None, width: int) -> float:
-    """The median duration of the finished runs at `width`, else of all of them, else NaN."""
+def _seconds(runs: pd.DataFrame | None, width: int, conv: int) -> float:
+    """The mean duration of the finished runs at (`width`, `conv`), else at `width`, else of
+    all of them, else NaN."""
     if runs is None or runs["duration_s"].isna().all():
         return float("nan")
-    at_width = runs.loc[runs["d_model"] == width, "duration_s"].dropna()
-    return float((at_width if len(at_width) else runs["duration_s"].dropna()).median())
+    timed = runs.dropna(subset=["duration_s"])
+    at_width = timed[timed["d_model"] == width]
+    in_column = at_width[at_width["short_conv"] == conv]
+    for where in (in_column, at_width):
+        if len(where):
+            return float(where["duration_s"].mean())
+    return float(timed["duration_s"].mean())
