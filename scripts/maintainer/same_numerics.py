@@ -2,16 +2,18 @@
 
 A study that spans sessions trains its runs at the commit it started from (its runs CSV names
 it), while the code moves on. This check is what lets those runs stand for the current code:
-for every entry of the study preset, train.py trains `--steps` steps at --base (a git worktree
-made for the check, removed after) and in this checkout, one thread each, same settings and
-seed; the final weights (last.ckpt's state_dict) are compared bit for bit. The entries: for a
+for every entry of the study preset, train.py trains `--steps` steps at each --base commit (a
+git worktree each, made for the check, removed after) and once in this checkout, one thread
+each, same settings and seed; the final weights (last.ckpt's state_dict) are compared bit for
+bit. The entries: for a
 state-size preset (mqar_study_cpu) conf/attention/ and the preset's hybrid entries, each at a
 short-conv setting the study trains it at; for a mixture preset (mqar_mixture_cpu) every
 variant at each kind of positions of its study block, as the mixture trains it.
-<out>/<name>.csv has one row per entry: identical (True/False) and the largest absolute weight
-difference, with its provenance record.
+<out>/<name>.csv has one row per base and entry: identical (True/False) and the largest
+absolute weight difference, with its provenance record.
 
     python scripts/maintainer/same_numerics.py --base 6231bfb --out docs/results
+    python scripts/maintainer/same_numerics.py --base 6231bfb b74ac1b --name same_numerics_both
     python scripts/maintainer/same_numerics.py --base b74ac1b --preset mqar_mixture_cpu \
         --name same_numerics_mixture --out docs/results
 """
@@ -45,7 +47,9 @@ Check = tuple[dict[str, Any], list[str], Path]
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", required=True, help="the commit the study's runs were trained at")
+    parser.add_argument("--base", required=True, nargs="+",
+                        help="the commits the study's runs were trained at (this checkout "
+                             "trains each entry once for all of them)")
     parser.add_argument("--preset", default="mqar_study_cpu", help="the study's preset")
     parser.add_argument("--attention", nargs="+", default=None,
                         help="only these variants (default: every file of conf/attention/)")
@@ -129,36 +133,41 @@ def main(argv: list[str] | None = None) -> int:
         is_mixture = "positions" in (compose_preset(args.preset).get("study") or {})
         plan = mixture_checks if is_mixture else state_size_checks
         plan(args, Path("/nonexistent"))  # a bad preset or attention fails before any training
-        base = subprocess.run(["git", "rev-parse", args.base], cwd=REPO_ROOT, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        bases = [subprocess.run(["git", "rev-parse", base], cwd=REPO_ROOT, check=True,
+                                capture_output=True, text=True).stdout.strip()
+                 for base in args.base]
     except (*STUDY_ERRORS, subprocess.CalledProcessError) as error:
         return fail("same_numerics.py", error)
     head, dirty = current_commit()
     head = f"{head}-dirty" if dirty else head
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        base_tree = Path(scratch) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), base],
-                       cwd=REPO_ROOT, check=True, capture_output=True)
+        trees = {"head": REPO_ROOT}
         try:
-            trees = {"base": base_tree, "head": REPO_ROOT}
-            plans = {label: plan(args, Path(scratch) / label) for label in trees}
+            for base in dict.fromkeys(bases):
+                trees[base] = Path(scratch) / base
+                subprocess.run(["git", "worktree", "add", "--detach", str(trees[base]), base],
+                               cwd=REPO_ROOT, check=True, capture_output=True)
+            plans = {label: plan(args, Path(scratch) / f"run-{label}") for label in trees}
             for index, (entry, _, _) in enumerate(plans["head"]):
                 weights = {}
                 for label, tree in trees.items():
                     _, command, folder = plans[label][index]
                     weights[label] = final_weights(
                         tree, [*command, f"trainer.max_steps={args.steps}"], folder)
-                same, diff = compare(weights["base"], weights["head"])
-                verdict = "identical" if same else f"differs by up to {diff:.3g}"
-                print(f"{', '.join(f'{k} {v}' for k, v in entry.items())}: {verdict}",
-                      flush=True)
-                rows.append({**entry, "lr": args.lr, "seed": args.seed,
-                             "steps": args.steps, "base_commit": base, "head_commit": head,
-                             "identical": same, "max_abs_diff": diff})
+                for base in bases:
+                    same, diff = compare(weights[base], weights["head"])
+                    verdict = "identical" if same else f"differs by up to {diff:.3g}"
+                    print(f"{', '.join(f'{k} {v}' for k, v in entry.items())}, base "
+                          f"{base[:10]}: {verdict}", flush=True)
+                    rows.append({**entry, "lr": args.lr, "seed": args.seed,
+                                 "steps": args.steps, "base_commit": base, "head_commit": head,
+                                 "identical": same, "max_abs_diff": diff})
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)],
-                           cwd=REPO_ROOT, capture_output=True)
+            for label, tree in trees.items():
+                if label != "head":
+                    subprocess.run(["git", "worktree", "remove", "--force", str(tree)],
+                                   cwd=REPO_ROOT, capture_output=True)
     table = pd.DataFrame(rows)
     write_report(args.out, args.name, {".csv": table}, command_line(__file__, argv))
     print(f"{int(table['identical'].sum())} of {len(table)} identical -> {args.out}")

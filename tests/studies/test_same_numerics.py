@@ -59,3 +59,27 @@ def test_the_mixture_check_trains_the_same_bits_as_its_own_head(tmp_path: Path) 
                         "--steps", "2", "--out", str(tmp_path)]) == 0
     table = pd.read_csv(tmp_path / "same_numerics.csv")
     assert table["identical"].all() and set(table["positions"]) == {"none", "rope"}
+
+
+def test_several_bases_share_the_checkouts_runs(tmp_path: Path, monkeypatch) -> None:
+    """--base A B trains each entry once in this checkout and once at each base, and writes a
+    row per base and entry: a study trained at several commits is checked in one pass."""
+    trained = []
+
+    def fake_weights(tree: Path, command: list[str], folder: Path) -> dict:
+        trained.append(tree)
+        return {"w": torch.ones(2) if tree.name.startswith(older[:7]) else torch.zeros(2)}
+
+    older = SCRIPT.subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=SCRIPT.REPO_ROOT,
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    monkeypatch.setattr(SCRIPT, "final_weights", fake_weights)
+    assert SCRIPT.main(["--base", "HEAD", "HEAD~1", "--attention", "elu", "softmax",
+                        "--out", str(tmp_path)]) == 1  # HEAD~1 "differs"
+    table = pd.read_csv(tmp_path / "same_numerics.csv")
+    entries = table["attention"].nunique()
+    assert {"elu", "softmax"} <= set(table["attention"])
+    assert trained.count(SCRIPT.REPO_ROOT) == entries  # once per entry, not once per base
+    assert len(trained) == 3 * entries
+    assert len(table) == 2 * entries and table["base_commit"].nunique() == 2
+    assert list(table.groupby("base_commit")["identical"].all()[[older]]) == [False]
+    assert table.loc[table["base_commit"] != older, "identical"].all()
