@@ -77,7 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the study's run folders, whose last.ckpt the tails start from")
     parser.add_argument("--retrain-study", action="store_true",
                         help="with --tail: train again, into --study-root, the study runs whose "
-                             "last.ckpt is missing there (a study resumed from its runs CSV); "
+                             "last.ckpt is missing there (a study resumed from its runs CSV) "
+                             "or that did not finish (no summary.json); "
                              "says which differ from their rows of --study (other kernels)")
     parser.add_argument("--root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_step_budget",
