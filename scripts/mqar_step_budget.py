@@ -16,9 +16,11 @@ With --tail N instead of --max-steps, each of the study's runs is continued from
 checkpoint (in --study-root, the study's run folders) for N more steps at a constant lr,
 --tail-lr times the study's (studies.step_budget.TailPoint): the study's run continued, not a
 new schedule (issue #26 item 6). Where a study run's checkpoint is gone (a study resumed from its
-runs CSV in another session), --retrain-study trains that run again first; a run repeats bit
-for bit only on the CPU kernels that trained it, so on another machine's the retrain differs
-from its row of --study, and its tail continues the retrain. Each tail is compared with the run
+runs CSV in another session) or its run did not finish (stopped mid-training: a last.ckpt from
+its middle, no summary.json), --retrain-study trains that run again first, from scratch, and
+throws away a tail that continued the run before; a run repeats bit for bit only on the CPU
+kernels that trained it, so on another machine's the retrain differs from its row of --study,
+and its tail continues the retrain. Each tail is compared with the run
 it continued: its row in <name>_runs.csv names that run's result (start_* columns), and the
 caption counts the tails that continued a retrain differing from its published row.
 """
@@ -91,11 +93,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def unfinished_starts(tasks: list[Task]) -> list[Path]:
+    """The last.ckpt each tail of `tasks` (TailPoints) starts from, where its study run did
+    not finish (or is gone)."""
+    return [study_checkpoint(point.study_root, point.point, name)
+            for point, names in tasks for name in names
+            if not study_run_finished(point.study_root, point.point, name)]
+
+
 def retrain_study(study: pd.DataFrame, tasks: list[Task], args: argparse.Namespace,
                   entries: dict[str, list[str]]) -> None:
     """Train the study runs of `tasks` that did not finish in --study-root (no last.ckpt, or
-    stopped mid-training) again there (the study's own commands), then say how many differ
-    from their rows of `study`."""
+    stopped mid-training) again there (the study's own commands), removing any tail in --root
+    that continued the run before (it would be paired with the new run), then say how many
+    differ from their rows of `study`."""
     missing = [(point, [name for name in names
                         if not study_run_finished(args.study_root, point, name)])
                for point, names in tasks]
@@ -103,6 +114,7 @@ def retrain_study(study: pd.DataFrame, tasks: list[Task], args: argparse.Namespa
     for point, names in missing:  # an unfinished run folder is trained again from scratch
         for name in names:
             shutil.rmtree(args.study_root / point.folder_name / name, ignore_errors=True)
+            shutil.rmtree(args.root / point.folder_name / name, ignore_errors=True)
     print(f"retraining {sum(len(n) for _, n in missing)} study runs for their checkpoints",
           flush=True)
     counts: dict[str, int] = {}
@@ -136,12 +148,14 @@ def main(argv: list[str] | None = None) -> int:
                              f"{args.short_conv} for {names}: pick points the study has")
         if args.tail:
             tasks = plan_tail(points, study, args.study_root, args.tail, args.tail_lr)
-            absent = [study_checkpoint(point.study_root, point.point, name)
-                      for point, names_at in tasks for name in names_at
-                      if not study_run_finished(point.study_root, point.point, name)]
+            absent = unfinished_starts(tasks)
             if absent and args.retrain_study and not args.report_only:
                 retrain_study(study, plan_tasks(points, study), args, grid["entries"])
-                absent = []
+                absent = unfinished_starts(tasks)
+                if absent:
+                    raise FileNotFoundError(
+                        f"{absent[0]} (and {len(absent) - 1} more): training the study run "
+                        "again did not finish it; its train.log there says why")
             if absent and not args.report_only:
                 raise FileNotFoundError(
                     f"{absent[0]} (and {len(absent) - 1} more) not found or not finished (a run "

@@ -5,15 +5,16 @@ it), while the code moves on. This check is what lets those runs stand for the c
 for every entry of the study preset, train.py trains `--steps` steps at each --base commit (a
 git worktree each, made for the check, removed after) and once in this checkout, one thread
 each, same settings and seed; the final weights (last.ckpt's state_dict) are compared bit for
-bit. The entries: for a
-state-size preset (mqar_study_cpu) conf/attention/ and the preset's hybrid entries, each at a
-short-conv setting the study trains it at; for a mixture preset (mqar_mixture_cpu) every
-variant at each kind of positions of its study block, as the mixture trains it.
+bit. The entries: for a state-size preset (mqar_study_cpu) conf/attention/ and the preset's
+hybrid entries, each at a short-conv setting the study trains it at; for a mixture preset
+(mqar_mixture_cpu) every variant at each kind of positions of its study block, as the mixture
+trains it.
 <out>/<name>.csv has one row per base and entry: identical (True/False) and the largest
 absolute weight difference, with its provenance record.
 
     python scripts/maintainer/same_numerics.py --base 6231bfb --out docs/results
-    python scripts/maintainer/same_numerics.py --base 6231bfb b74ac1b --name same_numerics_both
+    python scripts/maintainer/same_numerics.py --base 6231bfb b74ac1b --name same_numerics_both \
+        --out docs/results
     python scripts/maintainer/same_numerics.py --base b74ac1b --preset mqar_mixture_cpu \
         --name same_numerics_mixture --out docs/results
 """
@@ -133,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         is_mixture = "positions" in (compose_preset(args.preset).get("study") or {})
         plan = mixture_checks if is_mixture else state_size_checks
         plan(args, Path("/nonexistent"))  # a bad preset or attention fails before any training
-        bases = [subprocess.run(["git", "rev-parse", base], cwd=REPO_ROOT, check=True,
-                                capture_output=True, text=True).stdout.strip()
-                 for base in args.base]
+        bases = list(dict.fromkeys(  # one row per commit, however many names it was given
+            subprocess.run(["git", "rev-parse", base], cwd=REPO_ROOT, check=True,
+                           capture_output=True, text=True).stdout.strip()
+            for base in args.base))
     except (*STUDY_ERRORS, subprocess.CalledProcessError) as error:
         return fail("same_numerics.py", error)
     head, dirty = current_commit()
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         trees = {"head": REPO_ROOT}
         try:
-            for base in dict.fromkeys(bases):
+            for base in bases:
                 trees[base] = Path(scratch) / base
                 subprocess.run(["git", "worktree", "add", "--detach", str(trees[base]), base],
                                cwd=REPO_ROOT, check=True, capture_output=True)

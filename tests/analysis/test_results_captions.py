@@ -176,4 +176,4 @@ def test_a_tail_one_run_line_is_its_own_command_with_the_checkpoint_it_continues
              if line.startswith("One run:")]
     assert "optim.schedule=constant" in line and "/somewhere" not in line
     assert "init_weights=outputs/studies/x/d16/elu/checkpoints/last.ckpt`" in line
-    assert "continuing a study run at 41.2%" in line
+    assert "continuing the study run of the checkpoint it names (test accuracy 41.2%" in line

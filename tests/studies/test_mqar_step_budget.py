@@ -243,7 +243,8 @@ def test_a_tail_whose_checkpoint_is_gone_retrains_the_study_run_and_checks_it(
     if reproduced:
         assert "trained again" not in text and "differ" not in said
         return
-    assert "1 of the 3 tails continued a study run trained again" in text
+    assert "1 of the 3 tails continued a study run whose test accuracy or best step differs" \
+        in text
     assert "1 of 3 study runs trained again differ" in said
     again = tmp_path / "again"  # from the tails' runs CSV alone: no run folder of either
     assert script.main([*args[:-2], "--root", str(tmp_path / "none"), "--study-root",
@@ -258,7 +259,8 @@ def test_a_study_run_stopped_before_it_finished_is_trained_again_not_continued(
         study, tmp_path, monkeypatch, capsys):
     """A study run killed mid-training (a sitting's end) leaves a last.ckpt from its middle
     and no summary.json. A tail must not start from it: without --retrain-study that is an
-    error naming the run; with it the run is trained again from scratch, and only it."""
+    error naming the run; with it the run is trained again from scratch, and only it, and a
+    tail that continued the stopped run is thrown away and trained again."""
     csv = tmp_path / "study_runs.csv"
     study.to_csv(csv, index=False)
     published = study.set_index("run")["test_acc"]
@@ -270,6 +272,9 @@ def test_a_study_run_stopped_before_it_finished_is_trained_again_not_continued(
     stopped = study_root / "d16_conv3_lr1.00e-02_seed2" / "elu"
     (stopped / "checkpoints").mkdir(parents=True)
     (stopped / "checkpoints" / "last.ckpt").touch()  # and no summary.json
+    # a tail that continued the stopped run, in the folder the tail of seed 2 trains into
+    fake_run(root, "elu", 16, 3, 1e-2, val=0.3, test=0.3, seed=2,
+             overrides=["optim.schedule=constant", "trainer.max_steps=500"])
     trained = []
     script = load_script("scripts/mqar_step_budget.py")
 
@@ -299,4 +304,6 @@ def test_a_study_run_stopped_before_it_finished_is_trained_again_not_continued(
     assert script.main([*args, "--retrain-study"]) == 0
     assert [(folder, name) for where, folder, name in trained if where == study_root] == [
         ("d16_conv3_lr1.00e-02_seed2", "elu")]
-    assert sum(where == root for where, _, _ in trained) == 3
+    # all three tails, seed 2's again: the stale one continued the stopped run
+    assert sorted(folder for where, folder, _ in trained if where == root) == [
+        f"d16_conv3_lr1.00e-02_seed{seed}" for seed in (1, 2, 3)]

@@ -356,7 +356,7 @@ def test_the_plan_times_a_column_by_the_mean_duration_of_its_finished_runs(
         tmp_path: Path) -> None:
     """The runs left take about their number times the mean duration: a median would follow
     the early-stopped runs and put a column of runs that train every step far too low."""
-    grid = load_grid(PRESET, ["study.widths=[16,32]", "study.short_conv=[0,3]",
+    grid = load_grid(PRESET, ["study.widths=[16,32,64]", "study.short_conv=[0,3]",
                               "study.lrs=[1e-2]", "study.seeds=[1,2,3]", "study.lr_seeds=[1]"])
     for seed, seconds in ((1, 10.0), (2, 20.0), (3, 150.0)):
         summary = fake_run(tmp_path, "elu", 16, 3, 1e-2, val=0.5, test=0.5,
@@ -371,3 +371,4 @@ def test_the_plan_times_a_column_by_the_mean_duration_of_its_finished_runs(
     assert seconds[(16, 0)] == pytest.approx(60.0)  # no run in the column: its width's
     assert seconds[(32, 0)] == pytest.approx(400.0)
     assert seconds[(32, 3)] == pytest.approx(400.0)
+    assert seconds[(64, 3)] == pytest.approx(145.0)  # no run at the width: all of them

@@ -193,10 +193,12 @@ def _study_command(preset: str, row: pd.Series, extra: str = "") -> str:
             f"optim.lr={float(row['lr'])} seed={int(row['seed'])}{extra}")
 
 
-def _run_point(row: pd.Series, runs: pd.DataFrame) -> str:
+def _run_point(row: pd.Series, runs: pd.DataFrame, start: str = "") -> str:
+    """What a one-run line reproduces: the run, its accuracy (then `start`, where it began)
+    and how long the runs took."""
     conv = f"short conv {int(row['short_conv'])}" if row["short_conv"] else "no short conv"
     return (f"{label(row['attention'])}, d_model {int(row['d_model'])}, {conv}, seed "
-            f"{int(row['seed'])}: {_accuracy(row['test_acc'])} in its runs CSV"
+            f"{int(row['seed'])}: {_accuracy(row['test_acc'])} in its runs CSV{start}"
             + _took(runs.get("duration_s", pd.Series(dtype=float))))
 
 
@@ -227,12 +229,12 @@ def step_budget_point(folder: Path) -> list[str]:
     if runs is None:
         return []
     row = runs.iloc[0]
-    if pd.notna(row.get("start_test_acc")) and pd.notna(row.get("command")):
+    if "start_test_acc" in runs.columns and pd.notna(row.get("command")):
         tail = re.sub(r"init_weights=\S*?/(outputs/\S+)", r"init_weights=\1", row["command"])
-        start = (f", continuing a study run at {100 * float(row['start_test_acc']):.1f}% "
-                 "whose checkpoint `--retrain-study` trains")
-        return [_line(tail, _run_point(row, runs).replace(" in its runs CSV",
-                                                          f" in its runs CSV{start}"))]
+        start = (f", continuing the study run of the checkpoint it names "
+                 f"({_accuracy(row['start_test_acc'])}; `mqar_step_budget.py --retrain-study` "
+                 "trains that run where it is gone)")
+        return [_line(tail, _run_point(row, runs, start))]
     command = load(folder).get("mqar_step_budget.csv", {}).get("command", "")
     preset = _option(command, r"--preset[ =]([\w/]+)", "mqar_study_cpu")
     extra = f" trainer.max_steps={int(row['max_steps'])}"

@@ -250,9 +250,10 @@ def caption(table: pd.DataFrame, planned: int, done: int,
                 f"the tail's test accuracy minus the study's; best step: the median step of the "
                 f"best validation accuracy (the tail's counted from its start).\n\n")
         if retrained:
-            text += (f"{retrained} of the {done} tails continued a study run trained again "
-                     f"(its checkpoint was gone) on other CPU kernels than the published run's, "
-                     f"which differs from its published row: at those seeds the "
+            text += (f"{retrained} of the {done} tails continued a study run whose test "
+                     f"accuracy or best step differs from its published row (trained again, its "
+                     f"checkpoint gone, on other CPU kernels than the published run's): at "
+                     f"those seeds the "
                      f"{first['max_steps_study']:,}-step column is the run trained again, the "
                      f"one the tail continued (the runs CSV's start_* columns give each tail's "
                      f"start).\n\n")
