@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                                                extra, grid["entries"])
         archived = cross_kernel.load_resume(args.resume_from) if args.resume_from else None
         if args.dry_run:
-            print_plan(sample, commands, paths)
+            print_plan(sample, commands, paths, archived)
             return 0
         if not args.report_only:
             counts = cross_kernel.run_check(tasks, args.preset, root, paths, args.jobs,
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_plan(sample, commands: list[str], paths: list[str]) -> None:
+def print_plan(sample, commands: list[str], paths: list[str], archived=None) -> None:
     """The sample (per point: why, its seeds' published accuracies), the commands, the time."""
     print(f"sample: {len(sample)} runs per kernel path, {len(paths)} kernel paths "
           f"({', '.join(paths)})")
@@ -107,7 +107,7 @@ def print_plan(sample, commands: list[str], paths: list[str]) -> None:
     print("commands:")
     for line in commands:
         print(f"  {line}")
-    seconds, how = cross_kernel.estimate_cpu_seconds(sample, paths)
+    seconds, how = cross_kernel.estimate_cpu_seconds(sample, paths, archived)
     print(f"estimated CPU time: {seconds / 3600:.1f} CPU-hours ({how})")
 
 

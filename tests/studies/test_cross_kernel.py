@@ -239,3 +239,19 @@ def test_the_dry_run_states_the_sample_commands_and_cpu_time(
     assert "softmax conv 0 d16 lr 0.001: seeds [1, 2, 3] (nearest the threshold" in printed
     assert printed.count("python train.py -m") == 2 * 9  # one call per point and seed here
     assert "estimated CPU time: 0.3 CPU-hours (9 runs from the CSV's duration_s" in printed
+
+
+def test_the_estimate_times_a_kernel_path_by_its_reruns_so_far() -> None:
+    """The unvectorised path runs slower than the published runs: once a path has
+    MIN_TIMED reruns, the estimate scales it by their median ratio; other paths stay at the
+    published durations."""
+    sample = pd.DataFrame({"run": [f"p/{i}" for i in range(6)], "duration_s": [100.0] * 6})
+    assert cross_kernel.estimate_cpu_seconds(sample, ["default", "avx2"])[0] == 1200.0
+    ratios = [1.5, 2.0, 2.0, 2.5, 3.0]  # median 2; 4 reruns would not be enough
+    archived = pd.DataFrame({"kernel_path": "default", "run": [f"p/{i}" for i in range(5)],
+                             "rerun_duration_s": [100.0 * r for r in ratios]})
+    seconds, how = cross_kernel.estimate_cpu_seconds(sample, ["default", "avx2"], archived)
+    assert seconds == 600.0 * 2 + 600.0
+    assert "default x 2.00, the median over its 5 reruns so far" in how and "avx2 x" not in how
+    fewer = archived.head(cross_kernel.MIN_TIMED - 1)
+    assert cross_kernel.estimate_cpu_seconds(sample, ["default", "avx2"], fewer)[0] == 1200.0

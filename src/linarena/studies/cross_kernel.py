@@ -59,6 +59,8 @@ MIN_RUNS = 24
 # about 12-14 CPU-hours (conf/experiment/mqar_study_cpu.yaml), ~2 minutes each at 1 thread. The
 # unvectorised `default` path may well be slower (not measured).
 RUN_SECONDS = 120.0
+# Reruns of a kernel path it takes to time that path against the published runs.
+MIN_TIMED = 5
 # What the report prints per kernel path: torch's CPU capability (or the GPU) under its env.
 _PROBE = ("import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() "
           "else torch.backends.cpu.get_cpu_capability())")
@@ -308,12 +310,27 @@ def points_table(sample: pd.DataFrame, reruns: pd.DataFrame, paths: Sequence[str
         "consistent", "flipped", "verdict"])
 
 
-def estimate_cpu_seconds(sample: pd.DataFrame, paths: Sequence[str]) -> tuple[float, str]:
-    """The CPU time of the reruns and how it was estimated: the published runs' duration_s
-    where the CSV has it, else RUN_SECONDS per run; times the kernel paths."""
+def estimate_cpu_seconds(sample: pd.DataFrame, paths: Sequence[str],
+                         archived: pd.DataFrame | None = None) -> tuple[float, str]:
+    """The CPU time of the whole check and how it was estimated: the published runs'
+    duration_s where the CSV has it, else RUN_SECONDS per run, for each kernel path; a path
+    with at least MIN_TIMED reruns in `archived` (load_resume's rows) scaled by their median
+    rerun_duration_s / published duration_s (the unvectorised path runs slower)."""
     durations = sample["duration_s"] if "duration_s" in sample else pd.Series(dtype=float)
     known = int(durations.notna().sum())
     per_path = float(durations.sum()) + (len(sample) - known) * RUN_SECONDS
     how = (f"{known} runs from the CSV's duration_s, {len(sample) - known} at {RUN_SECONDS:.0f} s "
-           f"(the study's 12-14 CPU-hours / 396 runs), x {len(paths)} kernel paths")
-    return per_path * len(paths), how
+           f"(the study's 12-14 CPU-hours / 396 runs), for each of {len(paths)} kernel paths")
+    published = durations.set_axis(sample["run"]) if known else pd.Series(dtype=float)
+    total = 0.0
+    for name in paths:
+        timed = (pd.DataFrame() if archived is None else
+                 archived[archived["kernel_path"] == name])
+        ratio = (timed["rerun_duration_s"].astype(float).to_numpy()
+                 / timed["run"].map(published).to_numpy()) if len(timed) else []
+        ratio = pd.Series(ratio, dtype=float).dropna()
+        factor = float(ratio.median()) if len(ratio) >= MIN_TIMED else 1.0
+        if len(ratio) >= MIN_TIMED:
+            how += f"; {name} x {factor:.2f}, the median over its {len(ratio)} reruns so far"
+        total += per_path * factor
+    return total, how
