@@ -192,6 +192,36 @@ def test_a_tail_without_the_run_it_continued_is_a_clear_error(study, tmp_path, c
     assert str(tmp_path / "gone") in error and "--resume-from" in error
 
 
+def fake_training(study_root: Path, root: Path, published: pd.Series, trained: list,
+                  nudged_seed: int | None = None):
+    """A stand-in for the script's run_tasks that records each run in `trained`: a study run
+    trained again (from scratch: its folder is gone) gets its published test accuracy (+0.01
+    at `nudged_seed`, as on other CPU kernels) and a last.ckpt; a tail gets 0.9."""
+    def run_tasks(tasks, preset, where, *args, **kwargs) -> None:
+        for point, names in tasks:
+            for name in names:
+                trained.append((where, point.folder_name, name))
+                if where == study_root:
+                    assert not (where / point.folder_name / name).exists()
+                    test = published[f"{point.folder_name}/{name}"]
+                    test += 0.01 if point.seed == nudged_seed else 0.0
+                    folder = fake_run(study_root, name, point.d_model, point.short_conv,
+                                      point.lr, val=test, test=test, seed=point.seed)
+                    (folder / "checkpoints" / "last.ckpt").touch()
+                else:
+                    fake_run(root, name, 16, 3, point.point.lr * 0.1, val=0.9, test=0.9,
+                             seed=point.point.seed, overrides=["optim.schedule=constant",
+                                                               "trainer.max_steps=500"])
+    return run_tasks
+
+
+def tail_args(csv: Path, root: Path, study_root: Path, out: Path) -> list[str]:
+    """mqar_step_budget.py's arguments for elu's 500-step tails at d_model 16 with the conv."""
+    return ["--study", str(csv), "--widths", "16", "--short-conv", "3", "--attention", "elu",
+            "--tail", "500", "--root", str(root), "--study-root", str(study_root),
+            "--out", str(out)]
+
+
 @pytest.mark.parametrize("reproduced", [True, False])
 def test_a_tail_whose_checkpoint_is_gone_retrains_the_study_run_and_checks_it(
         study, tmp_path, monkeypatch, capsys, reproduced):
@@ -205,27 +235,9 @@ def test_a_tail_whose_checkpoint_is_gone_retrains_the_study_run_and_checks_it(
     study_root, root = tmp_path / "study", tmp_path / "tails"
     trained = []
     script = load_script("scripts/mqar_step_budget.py")
-
-    def fake_training(tasks, preset, where, *args, **kwargs) -> None:
-        for point, names in tasks:
-            for name in names:
-                trained.append((where, point.folder_name, name))
-                if where == study_root:  # the study's run again
-                    test = published[f"{point.folder_name}/{name}"]
-                    if not reproduced and point.seed == 2:
-                        test = test + 0.01
-                    folder = fake_run(study_root, name, point.d_model, point.short_conv,
-                                      point.lr, val=test, test=test, seed=point.seed)
-                    (folder / "checkpoints" / "last.ckpt").touch()
-                else:
-                    fake_run(root, name, 16, 3, point.point.lr * 0.1, val=0.9, test=0.9,
-                             seed=point.point.seed, overrides=["optim.schedule=constant",
-                                                               "trainer.max_steps=500"])
-
-    monkeypatch.setattr(script, "run_tasks", fake_training)
-    args = ["--study", str(csv), "--widths", "16", "--short-conv", "3", "--attention", "elu",
-            "--tail", "500", "--root", str(root), "--study-root", str(study_root),
-            "--out", str(tmp_path / "out")]
+    monkeypatch.setattr(script, "run_tasks", fake_training(
+        study_root, root, published, trained, nudged_seed=None if reproduced else 2))
+    args = tail_args(csv, root, study_root, tmp_path / "out")
     assert script.main(args) == 2  # without --retrain-study: what is missing, and the fix
     assert "last.ckpt (and 2 more) not found" in capsys.readouterr().err
     code = script.main([*args, "--retrain-study"])
@@ -277,26 +289,8 @@ def test_a_study_run_stopped_before_it_finished_is_trained_again_not_continued(
              overrides=["optim.schedule=constant", "trainer.max_steps=500"])
     trained = []
     script = load_script("scripts/mqar_step_budget.py")
-
-    def fake_training(tasks, preset, where, *args, **kwargs) -> None:
-        for point, names in tasks:
-            for name in names:
-                trained.append((where, point.folder_name, name))
-                if where == study_root:
-                    assert not (where / point.folder_name / name).exists()  # from scratch
-                    test = published[f"{point.folder_name}/{name}"]
-                    folder = fake_run(study_root, name, point.d_model, point.short_conv,
-                                      point.lr, val=test, test=test, seed=point.seed)
-                    (folder / "checkpoints" / "last.ckpt").touch()
-                else:
-                    fake_run(root, name, 16, 3, point.point.lr * 0.1, val=0.9, test=0.9,
-                             seed=point.point.seed, overrides=["optim.schedule=constant",
-                                                               "trainer.max_steps=500"])
-
-    monkeypatch.setattr(script, "run_tasks", fake_training)
-    args = ["--study", str(csv), "--widths", "16", "--short-conv", "3", "--attention", "elu",
-            "--tail", "500", "--root", str(root), "--study-root", str(study_root),
-            "--out", str(tmp_path / "out")]
+    monkeypatch.setattr(script, "run_tasks", fake_training(study_root, root, published, trained))
+    args = tail_args(csv, root, study_root, tmp_path / "out")
     assert script.main(args) == 2
     error = capsys.readouterr().err
     assert str(stopped / "checkpoints" / "last.ckpt") in error and "not finished" in error
