@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from helpers.mqar import PRESET, fake_run
 from helpers.paths import load_script
 from helpers.training import compose_config
@@ -16,7 +17,13 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from linarena.studies.preset import load_grid, preset_protocol
-from linarena.studies.runs import load_archive, load_study, state_size, study_runs
+from linarena.studies.runs import (
+    DECODER_SIZES,
+    load_archive,
+    load_study,
+    state_size,
+    study_runs,
+)
 from linarena.studies.state_size import (
     choose_lr,
     lr_points,
@@ -30,6 +37,7 @@ from linarena.studies.state_size_plot import state_size_figure
 from linarena.studies.state_size_report import summarize, unfinished
 from linarena.studies.statistics import wilson_interval
 from linarena.studies.study import Progress, StudyPoint, missing, run_point
+from linarena.training.build import build_model
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +54,9 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def config_of(attention: str, d_model: int) -> dict:
+def config_of(attention: str, d_model: int, short_conv: int = 3) -> dict:
     cfg = compose_config([f"experiment={PRESET}", f"attention={attention}",
-                          f"model.d_model={d_model}"])
+                          f"model.d_model={d_model}", f"model.short_conv={short_conv}"])
     return OmegaConf.to_container(cfg, resolve=False)
 
 
@@ -59,6 +67,44 @@ def test_state_size_counts_the_recurrent_state_or_the_kv_cache() -> None:
     # Taylor with feature_dim 16: 1 + 16 + 16^2 = 273 features, whatever the width.
     assert state_size(config_of("taylor", 32)) == (273 * 33 * layers, "recurrent")
     assert state_size(config_of("softmax", 16)) == (2 * length * 16 * layers, "kv_cache")
+
+
+def test_a_window_as_long_as_the_sequence_is_a_kv_cache_not_a_fixed_state() -> None:
+    # At the study's length (64) the default windows (64) see the whole sequence: the sliding
+    # window is causal softmax, the Based layer causal softmax plus its linear part.
+    for name in ("swa", "based_layer"):
+        assert state_size(config_of(name, 16, short_conv=0))[1] == "kv_cache"
+        narrow = OmegaConf.merge(config_of(name, 16, short_conv=0), {"attention": {"window": 16}})
+        assert state_size(OmegaConf.to_container(narrow))[1] == "recurrent"
+
+
+def sees_whole_sequence(model: torch.nn.Module, length: int) -> bool:
+    """Any part of `model` with a window or a kernel at least `length` long."""
+    for part in model.modules():
+        kernel = getattr(part, "kernel_size", 0)
+        kernel = kernel[0] if isinstance(kernel, tuple) else kernel
+        reach = getattr(part, "window", None) or kernel
+        if isinstance(reach, int) and reach >= length:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("d_model", load_grid(PRESET)["widths"])
+def test_no_study_entry_that_sees_the_whole_sequence_is_filed_as_a_fixed_state(
+    d_model: int,
+) -> None:
+    grid = load_grid(PRESET)
+    for name in study_names(grid):
+        entry = grid["entries"].get(name, [])
+        attention = [] if "+" in name else [f"attention={name}"]
+        conv = 3 if trains_at(name, 3) else 0
+        cfg = compose_config([f"experiment={PRESET}", *attention, f"model.d_model={d_model}",
+                              f"model.short_conv={conv}", *entry])
+        config = OmegaConf.to_container(cfg, resolve=False)
+        cfg.model.max_length, cfg.model.causal = cfg.data.max_length, True
+        model = build_model(cfg, DECODER_SIZES)
+        if sees_whole_sequence(model, cfg.data.max_length):
+            assert state_size(config)[1] == "kv_cache", name
 
 
 # The fixture's study chose its lr on seed 1 alone.

@@ -20,6 +20,9 @@ its layers' states:
 - softmax: its KV cache at the test length, 2 * length * qkv_dim. It grows with the length,
   unlike the others; a model with such a layer is of kind "kv_cache" (the plot draws it dashed),
   else "recurrent".
+A window or a convolution as long as the sequence keeps every token of it: at that length it
+is a KV cache, not a fixed state, so a model with one (covers_sequence) is of kind "kv_cache"
+too, whatever its layers' recurrences.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.layers import AttentionLayer
 from linarena.attention.linear import LinearAttention
 from linarena.attention.patterns import pattern_label
+from linarena.attention.sliding_window import SlidingWindowAttention
 from linarena.models import TransformerClassifier
 from linarena.training.build import build_model
 from linarena.training.summary import SUMMARY_FILE
@@ -79,11 +83,25 @@ def attention_state(attention: nn.Module, length: int) -> tuple[int, str]:
     return 2 * length * width, "kv_cache"
 
 
+def covers_sequence(model: nn.Module, length: int) -> bool:
+    """Whether some part of `model` sees all of a `length`-token sequence at once: a sliding
+    window or a convolution at least `length` tokens long (then it is exact attention, or a
+    filter, over the whole sequence, and what it keeps is the sequence itself)."""
+    for part in model.modules():
+        if isinstance(part, SlidingWindowAttention) and part.window >= length:
+            return True
+        if isinstance(part, nn.Conv1d) and part.kernel_size[0] >= length:
+            return True
+    return False
+
+
 def model_state(model: TransformerClassifier, length: int) -> tuple[int, str]:
     """(numbers, kind) a model keeps per sequence after `length` tokens: the sum over its blocks
-    of attention_state; "kv_cache" when some block's grows with the length."""
+    of attention_state; "kv_cache" when some block's grows with the length or some window or
+    convolution covers the sequence (covers_sequence)."""
     states = [attention_state(block.attention, length) for block in model.blocks]
-    kind = "kv_cache" if any(k == "kv_cache" for _, k in states) else "recurrent"
+    grows = any(k == "kv_cache" for _, k in states)
+    kind = "kv_cache" if grows or covers_sequence(model, length) else "recurrent"
     return sum(size for size, _ in states), kind
 
 
