@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 from helpers.training import build_model, compose_config, run_train
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from linarena.attention.variants import variant_names
 from linarena.training import ConfigError
 from linarena.training.config_checks import check_config
-from linarena.training.launch import check_ddp_launch, resolve_precision
+from linarena.training.launch import check_ddp_launch, check_launch, resolve_precision
 from linarena.training.resume import checkpoint_path
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -32,6 +33,27 @@ def test_misspelt_key_added_by_an_override_or_experiment_is_caught() -> None:
         check(["attention=performer", "+attention.num_feature=64"])
     with pytest.raises(ConfigError, match=r"trainer\.max_step\b"):
         check(["+trainer.max_step=3"])
+
+
+def test_a_top_level_key_added_by_a_plus_is_refused_with_the_closest_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`+atention=elu` (a typo, with the + that Hydra's hint for an unknown key suggests) would
+    train softmax and file it as softmax."""
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # the overrides are this test's
+
+    def check_as_train_py(overrides: list[str]) -> None:
+        check_config(compose_config(overrides, output_dir=tmp_path / "run"))
+
+    with pytest.raises(ConfigError, match=r"\+atention=elu: .*did you mean attention=elu\?"):
+        check_as_train_py(["+atention=elu"])
+    with pytest.raises(ConfigError, match=r"\+modle\.d_model=64: .*did you mean model\.d_model="):
+        check_as_train_py(["+modle.d_model=64"])
+    # The + uses the project relies on: a key below an existing node (tests, README, scripts).
+    check_as_train_py(["+callbacks.poison._target_=helpers.training.PoisonWeights",
+                       "+callbacks.poison.at_step=3", "+trainer.max_time=00:00:00:25"])
+    check_as_train_py(["attention=taylor", "+attention.output_norm=rms"])
+    check_as_train_py(["experiment=mqar_study_cpu", "+study.entries.elu2=[]"])
 
 
 def test_d_model_not_divisible_by_heads() -> None:
@@ -83,6 +105,20 @@ def test_a_run_without_validation_is_refused() -> None:
 def test_precision_auto_is_full_precision_on_cpu() -> None:
     assert resolve_precision("auto", "cpu") == "32-true"
     assert resolve_precision("16-mixed", "gpu") == "16-mixed"
+
+
+def test_fp16_mixed_precision_on_the_cpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning runs 16-mixed on the CPU as bf16-mixed: the run would record a precision it did
+    not train with."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    for accelerator in ("cpu", "auto"):
+        trainer = compose_config([f"trainer.accelerator={accelerator}",
+                                  "trainer.precision=16-mixed"]).trainer
+        with pytest.raises(ConfigError, match=r"trainer\.precision=16-mixed needs a GPU.*"
+                                              r"trainer\.precision=bf16-mixed"):
+            check_launch(trainer)
+    cpu = compose_config(["trainer.accelerator=cpu", "trainer.precision=bf16-mixed"]).trainer
+    assert check_launch(cpu) == "bf16-mixed"
 
 
 def test_resume_without_a_checkpoint_says_where_it_looked(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -88,7 +89,10 @@ TEST_CHECKPOINTS = ("best", "last")
 
 
 def check_config(cfg: DictConfig) -> None:
-    """All checks that need only the config."""
+    """All checks that need only the config (and, in a Hydra job, its command-line overrides)."""
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        check_added_keys(cfg, hydra_cfg.overrides.task, hydra_cfg.runtime.choices)
     check_test_checkpoint(cfg.get("test_checkpoint", "best"))
     for group in ("data", "attention", "model", "optim", "trainer"):
         check_keys(cfg[group], group)
@@ -96,6 +100,7 @@ def check_config(cfg: DictConfig) -> None:
         if isinstance(node, DictConfig) and "_target_" in node:
             check_keys(node, f"callbacks.{name}")
     check_whole_numbers(cfg)
+    check_positive_numbers(cfg)
     check_seed(cfg.get("seed"))
     check_validation_runs(cfg.trainer)
     model = cfg.model
@@ -115,6 +120,44 @@ def check_config(cfg: DictConfig) -> None:
             f"Set model.max_length={cfg.data.max_length} (its default is ${{data.max_length}}) "
             f"or data.max_length={model.max_length}."
         )
+
+
+def check_added_keys(cfg: DictConfig, overrides: Iterable[str], groups: Iterable[str]) -> None:
+    """A `+key...=value` override must not create a top-level key: nothing reads a key that no
+    config defines, so `+atention=elu` (a typo, with the + that Hydra's hint for an unknown key
+    suggests) would train the default attention and file it under that name. A + below an
+    existing node (`+callbacks.poison._target_=...`, `+trainer.max_time=...`) is fine; the keys
+    below a group are checked against its _target_ (check_keys). `groups`: the config groups
+    (a `+group=option` adds that group's config, not a key)."""
+    groups = {str(group) for group in groups}
+    added: dict[str, list[tuple[str, str]]] = {}  # top-level key: (override, its key path)
+    for override in overrides:
+        if not override.startswith("+") or override.startswith("++"):
+            continue  # ++ is Hydra's "add or override": it may name an existing key
+        path = override[1:].split("=", 1)[0]
+        added.setdefault(path.split(".", 1)[0], []).append((override, path))
+    for key, uses in added.items():
+        if key in groups or key not in cfg:
+            continue
+        node = cfg[key]
+        # A + on a dotted path under an existing node leaves that node's other keys.
+        set_below = {path.split(".")[1] for _, path in uses if "." in path}
+        if isinstance(node, DictConfig) and not set(node.keys()) <= set_below:
+            continue
+        override, path = uses[0]
+        known = [name for name in (*groups, *map(str, cfg)) if name not in added]
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = ""
+        if close:
+            meant = close[0] + path[len(key):]
+            # An existing key (or group) takes no +; a new key below an existing node keeps it.
+            plus = "" if OmegaConf.select(cfg, meant, default=None) is not None else "+"
+            hint = f" (did you mean {plus}{meant}={override.partition('=')[2]}?)"
+        raise ConfigError(
+            f"{override}: no config defines the key `{key}`, so nothing would read it and the "
+            f"run would train without it{hint}. A config group or an existing setting takes no "
+            "+ (e.g. attention=elu); + adds a key below an existing node (e.g. "
+            "+trainer.max_time=00:01:00:00).")
 
 
 def check_compile_backend(backend: Any) -> None:
@@ -142,6 +185,11 @@ def check_test_checkpoint(which: Any) -> None:
 # Settings that count something, so must be whole numbers (the constructors would fail later
 # with a traceback, or with a message about the wrong problem: "must be >= 1" for 2.5).
 WHOLE_NUMBERS = ("trainer.max_steps", "data.max_length", "model.max_length", "data.batch_size")
+# Settings that count something there must be at least one of, with an example for the message:
+# a model of no layers would train no attention and be filed under its attention's name.
+POSITIVE_NUMBERS = {"model.d_model": 128, "model.num_heads": 4, "model.num_layers": 2,
+                    "model.mlp_dim": 256, "model.qkv_dim": 128,
+                    "trainer.accumulate_grad_batches": 1}
 # seed_everything's range: numpy's seed is an unsigned 32-bit integer.
 SEED_RANGE = (0, 2**32 - 1)
 
@@ -156,6 +204,16 @@ def check_whole_numbers(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and not _is_whole(value):
             raise ConfigError(f"{key}={value!r}: it must be a whole number, e.g. {key}=128.")
+
+
+def check_positive_numbers(cfg: DictConfig) -> None:
+    """The settings of POSITIVE_NUMBERS that are set (a model of another _target_ may lack
+    them; model.qkv_dim null is d_model) must be whole numbers >= 1."""
+    for key, example in POSITIVE_NUMBERS.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not (_is_whole(value) and value >= 1):
+            raise ConfigError(
+                f"{key}={value!r}: it must be a whole number >= 1, e.g. {key}={example}.")
 
 
 def check_seed(seed: Any) -> None:
@@ -213,10 +271,14 @@ def check_validation_runs(trainer: DictConfig) -> None:
             "val/acc_best, the best checkpoint). Use a positive number or null (all batches)."
         )
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps", -1)
-    if not _valid_interval(interval):
+    per_epoch = trainer.get("check_val_every_n_epoch")
+    if not _valid_interval(interval, per_epoch):
+        # Lightning takes a fraction of an epoch only with validation per epoch.
         raise ConfigError(
             f"trainer.val_check_interval={interval!r}: use a number of training steps >= 1 (e.g. "
-            "100), a fraction of an epoch in (0, 1], or null (once per epoch)."
+            "trainer.val_check_interval=100), trainer.val_check_interval=null (once per epoch), "
+            "or a fraction of an epoch in (0, 1] with validation per epoch (e.g. "
+            "trainer.val_check_interval=0.5 trainer.check_val_every_n_epoch=1)."
         )
     if max_steps == 0 or (max_steps is not None and max_steps < -1):
         raise ConfigError(
@@ -231,13 +293,14 @@ def check_validation_runs(trainer: DictConfig) -> None:
         )
 
 
-def _valid_interval(interval: Any) -> bool:
-    """A validation interval Lightning takes: steps >= 1, a fraction of an epoch, or null."""
+def _valid_interval(interval: Any, per_epoch: Any) -> bool:
+    """A validation interval Lightning takes: steps >= 1, null, or a fraction of an epoch when
+    validation runs per epoch (`per_epoch`: trainer.check_val_every_n_epoch, not null)."""
     if interval is None:
         return True
     if _is_whole(interval):
         return interval >= 1
-    return isinstance(interval, float) and 0 < interval <= 1
+    return isinstance(interval, float) and 0 < interval <= 1 and per_epoch is not None
 
 
 def fit_validation_interval(cfg: DictConfig, user_overrides: Iterable[str]) -> int | None:

@@ -15,6 +15,8 @@ from linarena.errors import ConfigError
 # Strategies whose processes are started by the strategy itself inside the current process tree
 # (spawn/fork) rather than by re-running the script.
 SPAWNING_STRATEGIES = ("spawn", "fork", "notebook")
+# Lightning's names of float16 mixed precision, which it replaces by bf16-mixed on the CPU.
+FP16_MIXED = ("16-mixed", "16")
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 # Launchers whose jobs do not get their DDP ranks started for them: the basic one, and
 # submitit's local executor (it starts tasks_per_node processes but sets no SLURM_* variables,
@@ -33,7 +35,16 @@ def hydra_context() -> tuple[bool, str | None]:
 
 
 def resolve_precision(precision: Any, accelerator: str) -> str:
-    """'auto' becomes bf16-mixed on a GPU that supports it, else 32-true; other values pass."""
+    """'auto' becomes bf16-mixed on a GPU that supports it, else 32-true; other values pass,
+    but float16 mixed precision on the CPU is refused: Lightning would run bf16-mixed instead,
+    and the run would record a precision it did not train with."""
+    # An accelerator named gpu without a GPU is check_accelerator's to refuse.
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if str(precision) in FP16_MIXED and on_cpu:
+        raise ConfigError(
+            f"trainer.precision={precision} needs a GPU (float16 autocast); on the CPU "
+            f"(trainer.accelerator={accelerator}) use trainer.precision=bf16-mixed, or "
+            "trainer.precision=auto (32-true on the CPU).")
     if str(precision) != "auto":
         return str(precision)
     on_gpu = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
