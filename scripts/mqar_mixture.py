@@ -27,7 +27,14 @@ import sys
 from pathlib import Path
 
 from linarena.analysis.provenance import command_line, training_note
-from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
+from linarena.studies.cli import (
+    STUDY_ERRORS,
+    add_output_arguments,
+    add_runs_command_argument,
+    add_training_arguments,
+    fail,
+    report_command,
+)
 from linarena.studies.mixture import load_runs, summarize
 from linarena.studies.mixture_report import accuracy_table, caption
 from linarena.studies.mixture_study import load_archive, mixture_runs, run_mixture
@@ -51,9 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a runs CSV this study wrote before (<name>_runs.csv): its runs "
                              "count as finished and are reported beside --root's")
     add_output_arguments(parser, "mqar_mixture", None, "the first --runs")
-    parser.add_argument("--runs-command", default=None,
-                        help="the command that made the runs, for the outputs' provenance "
-                             "records (<out>/provenance.json)")
+    add_runs_command_argument(parser)
     parser.add_argument("overrides", nargs="*", help="extra train.py overrides for every run "
                                                      "(study.* ones change the grid)")
     return parser.parse_args(argv)
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_report(out, args.name, {
         "_runs.csv": runs, ".csv": summary,
         ".md": caption(runs, config) + training_note(runs, f"{args.name}_runs.csv") + table,
-    }, f"{args.runs_command}; then {command}" if args.runs_command else command)
+    }, report_command(command, args.runs_command))
     runs_count = len(runs.drop_duplicates(["attention", "positions", "seed"]))
     print(table + f"{runs_count} runs -> {', '.join(map(str, paths))}")
     return 0

@@ -37,7 +37,14 @@ import pandas as pd
 from linarena.analysis.provenance import command_line, training_note
 from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.variants import check_variant_names
-from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
+from linarena.studies.cli import (
+    STUDY_ERRORS,
+    add_output_arguments,
+    add_runs_command_argument,
+    add_training_arguments,
+    fail,
+    report_command,
+)
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, load_study, study_runs
 from linarena.studies.state_size import study_names
@@ -90,6 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="a runs CSV this script wrote (<name>_runs.csv): its runs count "
                              "as finished and go into the report")
     add_output_arguments(parser, "mqar_step_budget", None, "--root")
+    add_runs_command_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                        len(unreproduced(study, base)))
         + training_note(longer, f"{args.name}_runs.csv")
         + comparison_table(table, study_names(grid), tail=bool(args.tail)),
-    }, command_line(__file__, argv))
+    }, report_command(command_line(__file__, argv), args.runs_command))
     print(f"{len(longer)} longer runs -> {paths[1]}")
     return 0
 

@@ -35,7 +35,14 @@ from pathlib import Path
 import pandas as pd
 
 from linarena.analysis.provenance import command_line, training_note
-from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, add_training_arguments, fail
+from linarena.studies.cli import (
+    STUDY_ERRORS,
+    add_output_arguments,
+    add_runs_command_argument,
+    add_training_arguments,
+    fail,
+    report_command,
+)
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive, study_runs
 from linarena.studies.state_size import plan_study, run_study, study_names
@@ -61,6 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder of the run folders (default outputs/studies/<preset>)")
     add_training_arguments(parser)
     add_output_arguments(parser, "mqar_state_size", None, "--root")
+    add_runs_command_argument(parser)
     parser.add_argument("--resume-from", type=Path, default=None,
                         help="a runs CSV this study wrote (<name>_runs.csv): its runs count as "
                              "finished and go into the report")
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         ".md": caption(runs, summary, grid, partial, absent)
         + training_note(runs, f"{args.name}_runs.csv") + accuracy_table(summary),
         ".png": lambda path: plot_state_size(summary, runs, path, title=figure_title(runs)),
-    }, command_line(__file__, argv))
+    }, report_command(command_line(__file__, argv), args.runs_command))
     print(f"{len(runs)} runs -> {paths[1]}, {paths[3]}" + (" (partial)" if partial else ""))
     return 0
 

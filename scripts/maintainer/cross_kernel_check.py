@@ -26,7 +26,7 @@ from pathlib import Path
 
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line
 from linarena.studies import cross_kernel
-from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
+from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail, report_command
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive
 from linarena.studies.study import write_report
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     except STUDY_ERRORS as error:
         return fail("cross_kernel_check.py", error)
     points = cross_kernel.points_table(sample, reruns, paths)
-    command = (command_line(__file__, argv) + "; the reruns were trained by, per kernel path "
-               "and point: " + " ; ".join(commands))
+    # The reruns' training commands, per kernel path and point, then the report's.
+    command = report_command(command_line(__file__, argv), " ; ".join(commands))
     written = write_report(out, NAME, {".csv": reruns, "_points.csv": points}, command)
     for row in points.itertuples(index=False):
         print(f"{row.attention} conv {row.short_conv} d{row.d_model} lr {row.lr:g} "

@@ -1,7 +1,8 @@
 """The provenance records of docs/results/ (provenance.json): list them, mark a result stale.
 
     python scripts/maintainer/provenance.py           # every record, stale ones flagged
-    python scripts/maintainer/provenance.py --check   # exit 1 if a file has no record
+    python scripts/maintainer/provenance.py --check   # exit 1 if a file has no record,
+        # was edited after it was recorded, or has a record that does not name its training
     python scripts/maintainer/provenance.py --stale mqar_state_size.csv \\
         --reason "xavier init changed"
 
@@ -16,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from linarena.analysis.provenance import PUBLISHED_DIR, load, mark_stale, unrecorded
+from linarena.analysis.provenance import PUBLISHED_DIR, load, mark_stale, problems, unrecorded
 from linarena.errors import LinarenaError
 
 
@@ -26,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stale", nargs="+", metavar="FILE", default=[],
                         help="result files (names in the folder) to mark stale")
     parser.add_argument("--reason", default="", help="why they are stale (required with --stale)")
-    parser.add_argument("--check", action="store_true", help="fail if a file has no record")
+    parser.add_argument("--check", action="store_true",
+                        help="fail if a file has no record, has changed since it was "
+                             "recorded, or its record's command only reads the file itself")
     args = parser.parse_args(argv)
     try:
         return run(args)
@@ -40,12 +43,12 @@ def run(args: argparse.Namespace) -> int:
     for name in args.stale:
         entry = mark_stale(Path(name).name, args.reason, args.folder)
         print(f"{name}: stale at {entry['stale']['commit']}: {entry['stale']['reason']}")
-    missing = unrecorded(args.folder)
     if args.check:
-        if missing:
-            print(f"no provenance record: {', '.join(missing)}", file=sys.stderr)
-            return 1
-        return 0
+        found = problems(args.folder)
+        for line in found:
+            print(line, file=sys.stderr)
+        return 1 if found else 0
+    missing = unrecorded(args.folder)
     if not args.stale:
         for name, entry in load(args.folder).items():
             stale = entry.get("stale")

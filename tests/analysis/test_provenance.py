@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,8 @@ from linarena.analysis.provenance import (
     command_line,
     load,
     mark_stale,
+    problems,
+    reads_own_output,
     record,
     trained_by,
     unrecorded,
@@ -105,3 +108,42 @@ def test_a_table_says_where_its_runs_were_trained_and_names_a_dirty_tree() -> No
         "on AMD EPYC, AVX512 kernels (1 run), Intel Xeon, AVX2 kernels (1 run), an unrecorded "
         "machine (1 run); from a tree with uncommitted changes: bbbbbbbbbb-dirty (1 run).")
     assert trained_by(runs.iloc[:1]).endswith("uncommitted changes: none.")
+
+
+def provenance_check(folder: Path) -> tuple[int, str]:
+    """`provenance.py --check --folder folder`: (exit status, what it printed on stderr)."""
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "maintainer" /
+                                               "provenance.py"), "--check", "--folder",
+                           str(folder)], capture_output=True, text=True, check=False)
+    return done.returncode, done.stderr
+
+
+def test_the_check_names_a_value_edited_after_the_file_was_recorded(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("attention,acc\nelu,0.51\n")
+    record([tmp_path / "a.csv"], "python scripts/make_a.py --out " + str(tmp_path))
+    assert provenance_check(tmp_path) == (0, "")
+    # Same rows, same columns, one value changed: only a checksum can tell.
+    (tmp_path / "a.csv").write_text("attention,acc\nelu,0.61\n")
+    status, said = provenance_check(tmp_path)
+    assert status == 1 and "a.csv: changed after it was recorded" in said
+
+
+def test_the_check_refuses_a_record_whose_command_only_reads_its_own_file(tmp_path: Path) -> None:
+    (tmp_path / "s_runs.csv").write_text("run,acc\nr1,0.5\n")
+    rewrite = f"python scripts/mqar_study.py --report-only --resume-from {tmp_path}/s_runs.csv"
+    record([tmp_path / "s_runs.csv"], rewrite)
+    status, said = provenance_check(tmp_path)
+    assert status == 1 and "s_runs.csv: its record's command only reads the file it made" in said
+    # With the command that trained the runs before it, the record leads back to training; a
+    # later rewrite from itself keeps that training part.
+    trained = "python scripts/mqar_study.py --jobs 2"
+    record([tmp_path / "s_runs.csv"], f"{trained}; then {rewrite}")
+    assert provenance_check(tmp_path) == (0, "")
+    record([tmp_path / "s_runs.csv"], rewrite + " --name s")
+    assert load(tmp_path)["s_runs.csv"]["command"] == f"{trained}; then {rewrite} --name s"
+    # What a command writes (--out) is not what it reads.
+    assert not reads_own_output("b.csv", f"python make.py --out {tmp_path}/b.csv")
+
+
+def test_every_published_record_leads_back_to_training_and_matches_its_file() -> None:
+    assert problems(PUBLISHED_DIR) == []

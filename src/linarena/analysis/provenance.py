@@ -9,20 +9,29 @@ One record per result file (CSV, table, figure), keyed by the file's name:
 `stale` is null or {"commit": ..., "reason": ...}: the code at that commit no longer gives the
 file's numbers (a golden test said so, tests/training/test_golden_runs.py) and it was not rerun yet.
 `rows` (CSV files only) is how many data rows the file held when it was written: the readers
-(linarena.analysis.result_files) refuse a copy that holds another number.
+(linarena.analysis.result_files) refuse a copy that holds another number. `sha256` is the
+checksum of the file as written: `problems` (provenance.py --check) names a file edited since.
 The scripts that write results call `record` for every file they write; the provenance file
 sits next to them, so a run with `--out docs/results` updates docs/results/provenance.json.
+
+A record leads back to the runs: a report made from runs trained earlier (a --report-only
+rewrite from a runs CSV) is recorded as "<the commands that trained the runs>; then <the report
+command>" (THEN). A record whose only command reads the file it made (reads_own_output) says
+nothing of where the numbers came from: `record` carries the training part of the file's
+earlier record over to it, and `problems` refuses one that has none.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import json
 import platform
 import shlex
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +41,7 @@ import torch
 from filelock import FileLock
 
 from linarena.analysis.result_files import PROVENANCE_FILE, count_rows, read_provenance
+from linarena.analysis.results_captions import THEN
 from linarena.files import write_text_atomic
 from linarena.system import REPO_ROOT, cpu_model, current_commit
 
@@ -115,10 +125,43 @@ def _update(folder: Path, change: Any) -> dict[str, dict[str, Any]]:
     return records
 
 
+def checksum(path: Path) -> str:
+    """The SHA-256 of the file's bytes, as a record keeps it."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def reads_own_output(name: str, command: str) -> bool:
+    """Whether `command` is only a rewrite of the file `name` from itself: its report part (the
+    whole command, or what follows the last THEN) names a file called `name` among its
+    arguments and no training part comes before it."""
+    training, then, report = command.rpartition(THEN)
+    if then and training.strip():
+        return False
+    try:
+        words = shlex.split(report)
+    except ValueError:  # not shell syntax: nothing to read from it
+        return False
+    # What the command writes (--out) is not what it reads.
+    read = [word for before, word in itertools.pairwise(words)
+            if before != "--out" and not word.startswith("--out=")]
+    return any(Path(word.partition("=")[2] or word).name == name for word in read)
+
+
+def with_training(name: str, command: str, earlier: dict[str, Any] | None) -> str:
+    """`command`, led by the training part of the file's `earlier` record when `command` only
+    rewrites the file from itself (reads_own_output) and that record has one."""
+    if not reads_own_output(name, command) or earlier is None:
+        return command
+    training, then, _ = earlier["command"].rpartition(THEN)
+    return f"{training}{THEN}{command}" if then and training.strip() else command
+
+
 def record(paths: Iterable[str | Path], command: str) -> None:
     """Write a fresh record (this commit, `command` (see command_line), this environment; not
-    stale; a CSV's number of rows) for every file in `paths`, into the provenance file of its
-    folder. A CSV that does not parse whole is refused (ResultFileError)."""
+    stale; a CSV's number of rows; the file's checksum) for every file in `paths`, into the
+    provenance file of its folder. A file rewritten from itself keeps the training commands of
+    its earlier record (with_training). A CSV that does not parse whole is refused
+    (ResultFileError)."""
     commit, dirty = current_commit()
     entry = {
         "commit": commit, "dirty": dirty, "command": command,
@@ -129,11 +172,14 @@ def record(paths: Iterable[str | Path], command: str) -> None:
     by_folder: dict[Path, dict[str, dict[str, Any]]] = {}
     for path in map(Path, paths):
         rows = {"rows": count_rows(path)} if path.suffix == ".csv" else {}
-        by_folder.setdefault(path.resolve().parent, {})[path.name] = entry | rows
+        by_folder.setdefault(path.resolve().parent, {})[path.name] = \
+            entry | rows | {"sha256": checksum(path)}
 
     for folder, entries in by_folder.items():
         def add(records: dict, entries: dict[str, dict[str, Any]] = entries) -> None:
-            records.update(entries)
+            for name, fresh in entries.items():
+                records[name] = fresh | {
+                    "command": with_training(name, fresh["command"], records.get(name))}
         _update(folder, add)
 
 
@@ -157,6 +203,31 @@ def stale_mark(path: Path) -> dict[str, Any] | None:
     provenance record; None when the file is current or has no record."""
     entry = load(path.parent).get(path.name)
     return entry.get("stale") if entry else None
+
+
+def problems(folder: Path = PUBLISHED_DIR) -> list[str]:
+    """What makes the records of `folder` untrustworthy, one line per file: a file without a
+    record, a record without a checksum or whose checksum the file no longer has (edited after
+    it was written), a record whose command only reads the file it made (reads_own_output)."""
+    found = [f"{name}: no provenance record; rerun the script that writes it with --out "
+             f"{folder}" for name in unrecorded(folder)]
+    for name, entry in load(folder).items():
+        path = folder / name
+        if not path.is_file():
+            continue
+        if "sha256" not in entry:
+            found.append(f"{name}: its record has no checksum; rerun its command (listed by "
+                         "scripts/maintainer/provenance.py) so that the record is written anew")
+        elif entry["sha256"] != checksum(path):
+            found.append(f"{name}: changed after it was recorded (its SHA-256 is not the "
+                         f"record's): `git restore {path}`, or rerun its command")
+        if reads_own_output(name, entry["command"]):
+            shown = textwrap.shorten(entry["command"], 160, placeholder=" ...")
+            found.append(f"{name}: its record's command only reads the file it made "
+                         f"(`{shown}`), not the commands that trained its runs: "
+                         "rerun the report with --runs-command '<the command that trained "
+                         "the runs>'")
+    return found
 
 
 def unrecorded(folder: Path = PUBLISHED_DIR) -> list[str]:

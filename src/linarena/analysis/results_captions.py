@@ -70,7 +70,7 @@ def caption_lines(sources: Sequence[str], records: dict[str, dict[str, Any]], st
                                "`python scripts/maintainer/results_tables.py`.")
     for (command, commit, where, date), names in groups.items():
         shown, after_runs = shown_command(command, flags)
-        runs = f" after the training runs (their commands: {RECORDS})" if after_runs else ""
+        runs = f" after training (commands: {RECORDS})" if after_runs else ""
         files = ", ".join(f"docs/results/{name}" for name in names)
         lines.append(f"<sub>{files}: `{shown}`{runs}; commit {commit}, {where}, {date}.</sub>")
     return lines + list(dict.fromkeys(stale_marks))

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from linarena.analysis.results_captions import THEN
 from linarena.errors import LinarenaError
 
 # The errors a study script reports as a one-line message (exit 2) rather than a traceback: a
@@ -45,6 +46,20 @@ def add_output_arguments(parser: argparse.ArgumentParser, name: str, default: Pa
     parser.add_argument("--out", type=Path, default=default,
                         help=f"the folder the outputs go to (default {default_text})")
     parser.add_argument("--name", default=name, help="file name stem of the outputs")
+
+
+def add_runs_command_argument(parser: argparse.ArgumentParser) -> None:
+    """--runs-command: the command that trained the runs a --report-only rewrite reports, for
+    the outputs' provenance records (analysis.provenance: a record names its training)."""
+    parser.add_argument("--runs-command", default=None,
+                        help="the command that trained the runs (with --report-only), for the "
+                             "outputs' provenance records (<out>/provenance.json)")
+
+
+def report_command(command: str, runs_command: str | None) -> str:
+    """The command a report's provenance records: `command`, after `runs_command` (the
+    training) when one was given."""
+    return f"{runs_command}{THEN}{command}" if runs_command else command
 
 
 def fail(script: str, error: BaseException) -> int:
