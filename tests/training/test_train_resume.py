@@ -182,3 +182,48 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_with_the_same_weights(
     assert expected.keys() == actual.keys()
     for name in expected:
         assert torch.equal(expected[name], actual[name]), name
+
+
+# 64 training examples (debug=smoke) in batches of 16: an epoch is 4 steps; validation (and
+# last.ckpt) every 2 steps, so steps 4 and 8 end an epoch and step 6 is a validation mid-epoch.
+EPOCHS_OF_4 = [*SMOKE, "trainer.deterministic=true", "data.batch_size=16", "trainer.max_steps=10",
+               "trainer.val_check_interval=2"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    tmp_path = tmp_path_factory.mktemp("uninterrupted")
+    done = run_train([*EPOCHS_OF_4, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp_path / "run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signal_name", "step", "saved_at"), [
+    ("SIGTERM", 4, 4),  # the end of an epoch
+    ("SIGINT", 8, 8),  # the end of an epoch
+    ("SIGINT", 6, 6),  # a validation mid-epoch
+    ("SIGKILL", 5, 4),  # last.ckpt of the validation that ended the epoch
+])
+def test_a_run_stopped_at_any_step_and_resumed_ends_as_an_uninterrupted_run(
+    signal_name: str, step: int, saved_at: int, uninterrupted: Path, tmp_path: Path,
+    data_dir: Path,
+) -> None:
+    run = tmp_path / "run"
+    stop = ["+callbacks.stop._target_=helpers.training.SignalAtStep",
+            f"+callbacks.stop.step={step}", f"+callbacks.stop.signal_name={signal_name}",
+            f"+callbacks.stop.once={tmp_path / 'x'}"]
+    stopped = run_train([*EPOCHS_OF_4, *stop, f"hydra.run.dir={run}"], tmp_path, data_dir)
+    assert stopped.returncode != 0, stopped.stderr[-3000:]
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == saved_at
+    resumed = run_train(["ckpt_path=last", f"hydra.run.dir={run}"], tmp_path, data_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    expected = load(uninterrupted / "checkpoints" / "last.ckpt")["state_dict"]
+    actual = load(run / "checkpoints" / "last.ckpt")["state_dict"]
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
+    # The same validations: the same best checkpoint, tested to the same accuracy.
+    for key in ("val/acc_best", "test/acc"):
+        assert summary(run)["metrics"][key] == summary(uninterrupted)["metrics"][key], key

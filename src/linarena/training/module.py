@@ -86,22 +86,30 @@ class ClassificationModule(LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # The random state of dropout (the data order is in the stateful loader's state), so a
-        # resumed run continues exactly as an uninterrupted one would.
+        # resumed run continues exactly as an uninterrupted one would. At the end of an epoch
+        # it is the state from before the next epoch's loader iterator is made.
         checkpoint["rng_states"] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             checkpoint["rng_states"]["cuda"] = torch.cuda.get_rng_state_all()
+        batches = self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
+        checkpoint["rng_states"]["epoch_end"] = batches >= self.trainer.num_training_batches
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self._restored_rng = checkpoint.get("rng_states")
 
+    def on_train_epoch_start(self) -> None:
+        # Making an epoch's loader iterator draws a seed from the global generator: a state saved
+        # at the end of an epoch is set before that draw, as an uninterrupted run has it (again
+        # at each epoch start until the first batch: Lightning may first finish the saved epoch).
+        if self._restored_rng is not None and self._restored_rng.get("epoch_end"):
+            set_rng_states(self._restored_rng)
+
     def on_train_batch_start(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        # Restored here, after the loader's iterator was made (that draws a seed from the
-        # global generator), just before the first dropout mask.
+        # A state saved mid-epoch is set here, after the restored loader's iterator was made,
+        # just before the first dropout mask.
         states, self._restored_rng = self._restored_rng, None
-        if states is not None:
-            torch.set_rng_state(states["torch"])
-            if "cuda" in states and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(states["cuda"])
+        if states is not None and not states.get("epoch_end"):
+            set_rng_states(states)
 
     def on_train_start(self) -> None:
         """Apply optim.lr to a restored optimizer and schedule.
@@ -164,3 +172,10 @@ class ClassificationModule(LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Set the global random state saved in a checkpoint's "rng_states"."""
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

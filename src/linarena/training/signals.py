@@ -1,9 +1,11 @@
 """SIGTERM and SIGINT (Ctrl+C): save a checkpoint, say how to resume, exit non-zero.
 
-Lightning turns SIGTERM into a clean stop after the current training step (SIGTERMException);
-SIGINT is handled the same way here, instead of a KeyboardInterrupt that may land in the middle
-of an optimizer step. Under SLURM, Lightning's SLURMEnvironment (auto_requeue) also saves an
-hpc checkpoint and requeues the job on its requeue signal (conf/hydra/launcher/slurm.yaml).
+Lightning turns SIGTERM into a clean stop after the current training step and its validation
+(SIGTERMException); SIGINT is handed to that same handler here, instead of a KeyboardInterrupt
+that may land in the middle of an optimizer step. Both stop where the checkpoint they save
+continues exactly as an uninterrupted run would. Under SLURM, Lightning's SLURMEnvironment
+(auto_requeue) also saves an hpc checkpoint and requeues the job on its requeue signal
+(conf/hydra/launcher/slurm.yaml).
 """
 
 from __future__ import annotations
@@ -30,10 +32,6 @@ class RunStopped(LinarenaError):
         self.exit_code = EXIT_CODES[signal_name]
 
 
-class _Interrupted(SIGTERMException):
-    """Raised after the training step during which SIGINT arrived."""
-
-
 class SaveOnSignal(Callback):
     """Saves `<dirpath>/last.ckpt` when the run is stopped by SIGTERM or SIGINT.
 
@@ -55,10 +53,11 @@ class SaveOnSignal(Callback):
         self.signal_name = "SIGINT"
         # A second Ctrl+C stops at once.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
-        if self.signal_name == "SIGINT":
-            raise _Interrupted()
+        # Lightning's SIGTERM handler (the trainer installs it before training starts): a stop
+        # at the end of the training step would skip that step's validation and checkpoint.
+        on_sigterm = signal.getsignal(signal.SIGTERM)
+        if callable(on_sigterm):
+            on_sigterm(signal.SIGTERM, frame)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._restore_sigint()
