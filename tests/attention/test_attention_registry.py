@@ -13,9 +13,19 @@ import pytest
 import torch
 from helpers.attention import FEATURE_MAP_VARIANTS, LINEAR_VARIANTS, VARIANTS
 from helpers.training import CONF, REPO, build_model, compose_config
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 
-from linarena.attention.variants import check_variant_names, is_linear, label, variant_names
+from linarena.attention.variants import (
+    CONF_DIR,
+    check_variant_names,
+    composed_conf_dir,
+    is_linear,
+    label,
+    variant_names,
+)
 from linarena.training import ConfigError
+from linarena.training.build import pattern_attentions
 from linarena.training.config_checks import check_config
 
 
@@ -68,6 +78,27 @@ def test_an_installed_package_lists_the_variants(tmp_path: Path) -> None:
     conf_dir, names, gla = result.stdout.splitlines()
     assert conf_dir == str(site / "linarena" / "conf")
     assert names.split() == VARIANTS and gla == "GLA"
+
+
+def test_a_run_reads_the_variants_of_the_conf_it_was_composed_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a non-editable install, model.pattern names were checked against the installed
+    package's conf/, not the conf/ of the checkout that train.py composed its config from."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    shutil.copy(conf / "attention" / "elu.yaml", conf / "attention" / "elu_local.yaml")
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # this test's run only
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose(config_name="config", return_hydra_config=True,
+                      overrides=["model.pattern=[elu_local,softmax]", "model.num_layers=2"])
+    HydraConfig.instance().set_config(cfg)
+    assert composed_conf_dir() == conf
+    entries = pattern_attentions(cfg)
+    assert [name for name, _ in entries] == ["elu_local", "softmax"]
+    assert entries[0][1]._target_ == "linarena.attention.EluAttention"
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
+    assert composed_conf_dir() == CONF_DIR  # outside a Hydra job: the package's own
 
 
 def test_unknown_variant_names_are_an_error_listing_the_valid_ones() -> None:

@@ -30,6 +30,7 @@ from linarena.errors import (
 from linarena.launch_check import launcher_problem
 from linarena.models.positions import POSITIONS, Positions
 from linarena.training import ClassificationModule, entry
+from linarena.training.checkpoint_identity import IDENTITY_KEY
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.config_checks import check_config
 from linarena.training.launch import check_accelerator
@@ -199,15 +200,44 @@ def test_init_weights_copies_a_checkpoints_weights_and_refuses_another_model(
     source, fresh = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     path = tmp_path / "last.ckpt"
     torch.save({"state_dict": source.state_dict(), "global_step": 5, "loops": {}}, path)
-    load_initial_weights(path, fresh)
+    load_initial_weights(path, fresh, {})
     assert torch.equal(fresh.weight, source.weight) and torch.equal(fresh.bias, source.bias)
     with pytest.raises(CheckpointError, match=r"holds a different model .* weight is \[2, 3\] "
                                               r"there, \[4, 3\] here"):
-        load_initial_weights(path, torch.nn.Linear(3, 4))
+        load_initial_weights(path, torch.nn.Linear(3, 4), {})
     with pytest.raises(ConfigError, match="no such file"):
-        load_initial_weights(tmp_path / "none.ckpt", fresh)
+        load_initial_weights(tmp_path / "none.ckpt", fresh, {})
     with pytest.raises(ConfigError, match="Set one of them"):
         check_config(compose_config([*SMOKE, f"init_weights={path}", f"ckpt_path={path}"]))
+
+
+def test_init_weights_refuses_another_runs_model_and_names_itself(tmp_path: Path) -> None:
+    """init_weights took a softmax checkpoint for an elu model (same shapes), and its errors
+    were labelled ckpt_path and suggested ckpt_path=."""
+    elu = {"task_name": "listops_small", "attention_name": "elu", "attention.backend": "auto",
+           "model.d_model": 32, "model.dropout": 0.1, "data.num_train": 64, "optim.lr": 1e-3,
+           "seed": 1, "trainer.max_steps": 4, "code_version": "a"}
+    path = tmp_path / "softmax.ckpt"
+    weights = {"w": torch.ones(3)}
+    torch.save({"state_dict": weights, "global_step": 4, "loops": {},
+                IDENTITY_KEY: {**elu, "attention_name": "softmax"}}, path)
+    module = nn.ParameterDict({"w": nn.Parameter(torch.zeros(3))})
+    with pytest.raises(CheckpointError, match=r"^init_weights: .* \(attention_name: 'softmax' "
+                                              r"there, 'elu' here\)"):
+        load_initial_weights(path, module, elu)
+    # The training settings, the data's size and dropout are the new run's own.
+    tail = {**elu, "model.dropout": 0.0, "data.num_train": 128, "optim.lr": 1e-4, "seed": 2,
+            "trainer.max_steps": 2000, "code_version": "b"}
+    torch.save({"state_dict": weights, "global_step": 4, "loops": {}, IDENTITY_KEY: elu}, path)
+    load_initial_weights(path, module, tail)
+    assert torch.equal(module["w"], weights["w"])
+
+    (tmp_path / "corrupt.ckpt").write_bytes(b"not a checkpoint")
+    diverged = write_checkpoint(tmp_path / "nan.ckpt", math.nan)
+    for bad in (tmp_path / "corrupt.ckpt", diverged):
+        with pytest.raises(CheckpointError, match=r"^init_weights: .*init_weights=") as refused:
+            load_initial_weights(bad, module, elu)
+        assert "ckpt_path" not in str(refused.value)
 
 
 def test_softmax_attention_matrices_count_only_where_pytorch_materialises_them() -> None:

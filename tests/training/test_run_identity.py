@@ -63,6 +63,23 @@ def test_another_attention_cannot_continue_a_checkpoint(
     assert not (tmp_path / "elu" / "summary.json").exists()
 
 
+def test_a_finished_run_of_another_attention_cannot_continue_and_is_named(
+    tmp_path: Path, data_dir: Path, softmax_run: Path
+) -> None:
+    """A finished run's checkpoint (nothing left to train) was reported as "the run in <this
+    run's new folder> already finished", with no check that it was of this attention."""
+    checkpoint = softmax_run / "checkpoints" / "last.ckpt"
+    refused = run_train([*SMOKE, "attention=elu", f"ckpt_path={checkpoint}",
+                         f"hydra.run.dir={tmp_path / 'elu'}"], tmp_path, data_dir)
+    assert refused.returncode == 1, refused.stdout[-3000:]
+    assert "attention_name: 'softmax' there, 'elu' here" in refused.stderr
+    assert f"hydra.run.dir={softmax_run}" in refused.stderr  # the way to resume it
+    finished = run_train([*SMOKE, "attention=softmax", f"ckpt_path={checkpoint}",
+                          f"hydra.run.dir={tmp_path / 'again'}"], tmp_path, data_dir)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert f"The run in {softmax_run} already finished" in finished.stdout
+
+
 @pytest.mark.slow
 def test_a_foreign_last_ckpt_in_a_run_folder_is_refused(
     tmp_path: Path, data_dir: Path, softmax_run: Path

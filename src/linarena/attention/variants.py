@@ -8,7 +8,9 @@ label in tables and figures.
 
 The conf directory is found next to the code: in an installed package it is linarena/conf
 (conf/ shipped as package data, see pyproject.toml and setup.py), in a source checkout the
-repository's conf/. Nothing is read at import time; reads are cached.
+repository's conf/. A training run reads the conf/ its config was composed from instead
+(composed_conf_dir): train.py run from a checkout over an installed package uses the checkout's.
+Nothing is read at import time; reads are cached.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -36,6 +39,18 @@ def find_conf_dir() -> Path:
 
 
 CONF_DIR = find_conf_dir()
+
+
+def composed_conf_dir() -> Path:
+    """The conf folder the running Hydra job composed its config from: the first folder of its
+    config search path that holds an attention/ group (train.py's conf/, or --config-dir's);
+    CONF_DIR outside a Hydra job or when the configs came from the installed package."""
+    if not HydraConfig.initialized():
+        return CONF_DIR
+    for source in HydraConfig.get().runtime.config_sources:
+        if source.schema == "file" and (Path(source.path) / "attention").is_dir():
+            return Path(source.path)
+    return CONF_DIR
 
 
 def variant_names(conf_dir: Path = CONF_DIR) -> list[str]:

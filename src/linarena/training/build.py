@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from linarena.attention.patterns import pattern_entry, pattern_name
-from linarena.attention.variants import CONF_DIR, check_variant_names
+from linarena.attention.variants import check_variant_names, composed_conf_dir
 from linarena.errors import ConfigError
 from linarena.models.transformer import repeat_pattern
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
@@ -78,13 +78,14 @@ def pattern_attentions(cfg: DictConfig) -> list[tuple[str, DictConfig]] | None:
     if pattern is None:
         return None
     entries = [pattern_entry(entry, f"model.pattern[{i}]") for i, entry in enumerate(pattern)]
+    conf_dir = composed_conf_dir()
     try:
-        check_variant_names(name for name, _ in entries)
+        check_variant_names((name for name, _ in entries), conf_dir)
     except ValueError as err:
         raise ConfigError(f"model.pattern: {err}") from err
     with open_dict(cfg.model):
         cfg.model.pattern = [
-            {name: OmegaConf.merge(OmegaConf.load(CONF_DIR / "attention" / f"{name}.yaml")
+            {name: OmegaConf.merge(OmegaConf.load(conf_dir / "attention" / f"{name}.yaml")
                                    .attention, settings)}
             for name, settings in entries]
     return [(name, cfg.model.pattern[i][name]) for i, (name, _) in enumerate(entries)]
@@ -157,6 +158,20 @@ def build_loggers(cfg: DictConfig) -> list[Logger]:
     return loggers
 
 
+def build_module(
+    cfg: DictConfig, commit: str | None
+) -> tuple[LightningDataModule, ClassificationModule, dict[str, Any]]:
+    """The datamodule (its constructor: no data is read), the LightningModule and the run's
+    identity (checkpoint_identity.run_identity, with the code's `commit`) of a config: what a
+    checkpoint of its run holds, built without loggers or a trainer."""
+    datamodule = instantiate_group(cfg.data, "data")
+    model = build_model(cfg, datamodule)
+    identity = run_identity(cfg, commit)
+    optim = instantiate_group(cfg.optim, "optim", _convert_="all")
+    module = ClassificationModule(model, optim, datamodule.num_classes, datamodule.head_kind)
+    return datamodule, module, identity
+
+
 def build_components(
     cfg: DictConfig, output_dir: Path, commit: str | None, precision: str
 ) -> Components:
@@ -164,23 +179,20 @@ def build_components(
     identity (checkpoint_identity.run_identity, with the code's `commit`), which goes into every
     checkpoint; `precision` is the one the launch checks resolved (launch.check_launch)."""
     seed_everything(cfg.seed, workers=True)
-    datamodule = instantiate_group(cfg.data, "data")
+    datamodule, module, identity = build_module(cfg, commit)
     # Missing data that will not be downloaded or generated: said now, with the command that
     # gets it, before loggers start a W&B run for a training that cannot happen.
     datamodule.check_available()
-    model = build_model(cfg, datamodule)
     if cfg.model.get("compile"):
-        model.compile(backend=str(cfg.model.compile))  # in place: the state_dict keeps its keys
-    identity = run_identity(cfg, commit)
+        # In place: the state_dict keeps its keys.
+        module.model.compile(backend=str(cfg.model.compile))
     # The Hydra choices (config.yaml): two presets of one attention class stay apart.
     task, attention = str(cfg.task_name), str(cfg.attention_name)
-    optim = instantiate_group(cfg.optim, "optim", _convert_="all")
-    module = ClassificationModule(model, optim, datamodule.num_classes, datamodule.head_kind)
 
     loggers = build_loggers(cfg)
     perf = PerfMonitor()
     # Always on: no checkpoint with NaN/inf state is written; SIGTERM/SIGINT save one.
-    guard = FiniteCheckpointGuard(attention, optim.lr)
+    guard = FiniteCheckpointGuard(attention, module.optim_settings.lr)
     signals = SaveOnSignal(output_dir / "checkpoints")
     callbacks = [
         instantiate_group(node, f"callbacks.{key}")

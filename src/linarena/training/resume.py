@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from linarena.errors import CheckpointError, ConfigError, ResumeError
 from linarena.files import write_text_atomic
 from linarena.training.checkpoint_guard import non_finite_names
-from linarena.training.checkpoint_identity import check_identity, flatten
+from linarena.training.checkpoint_identity import check_identity, check_same_model, flatten
 
 HISTORY_FILE = "resume_history.yaml"
 # Settings a resumed run may change (a key or a whole node): training length, learning rate and
@@ -86,37 +86,38 @@ def checkpoint_path(ckpt_path: str, output_dir: Path) -> Path:
     return path
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path, setting: str = "ckpt_path") -> dict[str, Any]:
     """A Lightning checkpoint of this project, memory-mapped; CheckpointError for a truncated,
-    corrupt or foreign file."""
+    corrupt or foreign file, naming the `setting` that gave its path (ckpt_path, init_weights)."""
     try:
         checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as err:
         raise CheckpointError(
-            f"ckpt_path: {path} cannot be read as a checkpoint ({type(err).__name__}: "
+            f"{setting}: {path} cannot be read as a checkpoint ({type(err).__name__}: "
             f"{str(err).splitlines()[0][:200]}); it may be truncated or not a torch file. Use "
-            "another checkpoint of the run (checkpoints/best-*.ckpt) or ckpt_path=null."
+            f"another checkpoint of the run (checkpoints/best-*.ckpt) or {setting}=null."
         ) from None
     if not isinstance(checkpoint, dict) or not {"state_dict", "global_step", "loops"} <= set(
         checkpoint
     ):
         raise CheckpointError(
-            f"ckpt_path: {path} is not a Lightning training checkpoint of this project (it "
+            f"{setting}: {path} is not a Lightning training checkpoint of this project (it "
             "lacks state_dict, global_step or loops). Pass a .ckpt written by train.py."
         )
     return checkpoint
 
 
-def check_finite(path: Path, checkpoint: dict[str, Any]) -> None:
-    """CheckpointError when the checkpoint's weights or optimizer state hold NaN or inf: training
-    from it would diverge at once, whatever the learning rate."""
+def check_finite(path: Path, checkpoint: dict[str, Any], setting: str = "ckpt_path") -> None:
+    """CheckpointError (naming `setting`, as read_checkpoint) when the checkpoint's weights or
+    optimizer state hold NaN or inf: training from it would diverge at once, whatever the
+    learning rate."""
     bad = non_finite_names(checkpoint)
     if bad:
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         raise CheckpointError(
-            f"ckpt_path: {path} holds non-finite values ({shown}) at step "
-            f"{checkpoint['global_step']}; training from it cannot recover. Resume from an "
-            f"earlier checkpoint of the run (ckpt_path={path.parent}/best-*.ckpt) or start "
+            f"{setting}: {path} holds non-finite values ({shown}) at step "
+            f"{checkpoint['global_step']}; training from it cannot recover. Start from an "
+            f"earlier checkpoint of the run ({setting}={path.parent}/best-*.ckpt) or start "
             "again with a lower optim.lr."
         )
 
@@ -288,15 +289,19 @@ def model_difference(stored: dict[str, Any], module: torch.nn.Module) -> str | N
             f"extra; e.g. {example}")
 
 
-def load_initial_weights(path: Path, module: torch.nn.Module) -> None:
+def load_initial_weights(path: Path, module: torch.nn.Module, identity: dict[str, Any]) -> None:
     """init_weights: copy the model weights of the checkpoint at `path` into `module` (the
     optimizer, step and schedule stay fresh); CheckpointError for an unreadable file, non-finite
-    weights or another model than this config's."""
+    weights, or a checkpoint of another task, attention or model than the run of `identity`
+    (checkpoint_identity.check_same_model) or of other weight shapes than `module`."""
     if not path.is_file():
         raise ConfigError(f"init_weights={path}: no such file; pass a .ckpt written by train.py "
                           "(e.g. <run folder>/checkpoints/last.ckpt)")
-    checkpoint = read_checkpoint(path)
-    check_finite(path, checkpoint)
+    checkpoint = read_checkpoint(path, "init_weights")
+    check_finite(path, checkpoint, "init_weights")
+    if not check_same_model(path, checkpoint, identity):
+        log.warning("%s was written before checkpoints recorded their run's settings: only its "
+                    "weight shapes can be checked against this config.", path)
     difference = model_difference(checkpoint["state_dict"], module)
     if difference is not None:
         raise CheckpointError(

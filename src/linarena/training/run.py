@@ -18,12 +18,14 @@ from linarena.attention.backends import backend_used
 from linarena.errors import NonFiniteStateError
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.system import code_version, machine
-from linarena.training.build import build_components
+from linarena.training.build import build_components, build_module
+from linarena.training.checkpoint_identity import checkpoint_run_folder
 from linarena.training.config_checks import check_config, fit_validation_interval
 from linarena.training.launch import check_launch
 from linarena.training.memory import check_memory
 from linarena.training.resume import (
     begin_resume,
+    check_checkpoint_fits,
     load_initial_weights,
     restore_run_config,
 )
@@ -53,7 +55,11 @@ def train(cfg: DictConfig) -> float:
     # Restore: a resumed run continues with its own saved config plus the allowed changes.
     cfg, resume = restore_run_config(cfg, output_dir)
     if resume is not None and resume.finished:
-        return report_finished(cfg, output_dir, resume.checkpoint, resume.step)
+        # Nothing left to train, but a checkpoint of another run is still refused.
+        _, module, identity = build_module(cfg, code_version())
+        check_checkpoint_fits(resume.checkpoint, module, identity, resume)
+        return report_finished(cfg, checkpoint_run_folder(resume.checkpoint), resume.checkpoint,
+                               resume.step)
 
     # Check everything that can be checked before anything is built or read.
     overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
@@ -74,7 +80,7 @@ def train(cfg: DictConfig) -> float:
     if resume is not None:
         history = begin_resume(output_dir, resume, parts.module, parts.identity)
     elif cfg.get("init_weights"):  # a resumed run's weights come from its own checkpoint
-        load_initial_weights(Path(cfg.init_weights), parts.module)
+        load_initial_weights(Path(cfg.init_weights), parts.module, parts.identity)
 
     def run_fields() -> dict[str, Any]:
         """summary.json's facts about this run, finished or diverged."""
