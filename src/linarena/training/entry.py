@@ -9,6 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from linarena.errors import LinarenaError, NonFiniteStateError
@@ -25,7 +26,9 @@ from linarena.training.environment import normalise_environment, os_error_messag
 from linarena.training.launch import hydra_context
 from linarena.training.resume import clean_checkpoint_step
 from linarena.training.run import train
+from linarena.training.search_space import all_trials_diverged
 from linarena.training.signals import RunStopped
+from linarena.training.sweep_start import OPTUNA_SWEEPER
 
 # OS errors whose cause is the machine, not the code: reported in one line.
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
@@ -114,5 +117,27 @@ def run_job(cfg: DictConfig) -> float:
         heading = "Stopped" if isinstance(err, RunStopped) else "Error"
         print(f"\n{heading}: {message}", file=sys.stderr, flush=True)
         if isinstance(err, NonFiniteStateError) and hydra_context()[0]:
-            raise
+            ended = every_trial_diverged(err.lr)
+            if ended is None:
+                raise
+            print(f"\nError: {ended}", file=sys.stderr, flush=True)
         sys.exit(exit_code)
+
+
+# The learning rates of this process's Optuna trials that diverged: when all n_trials have, the
+# search ends with advice instead of the sweeper's "No trials are completed yet" traceback.
+# Counted per process, so under a launcher that runs each trial in a process of its own
+# (submitit) only a search of one trial ends so.
+_diverged_lrs: list[float | None] = []
+
+
+def every_trial_diverged(lr: float | None) -> str | None:
+    """Records a diverged job (its learning rate `lr`) if it is a trial of an Optuna search; the
+    message that ends the search when every trial of it has diverged, else None."""
+    sweeper = HydraConfig.get().sweeper
+    if sweeper.get("_target_") != OPTUNA_SWEEPER:
+        return None
+    _diverged_lrs.append(lr)
+    if len(_diverged_lrs) < int(sweeper.n_trials):
+        return None
+    return all_trials_diverged(_diverged_lrs)

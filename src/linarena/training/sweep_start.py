@@ -1,7 +1,8 @@
 """A Hydra callback (conf/hydra/default.yaml: hydra.callbacks) for the start of a multirun:
 
 - an Optuna search that cannot run (n_trials or n_jobs below 1, a SQL storage that Optuna 2
-  cannot use with SQLAlchemy 2) ends at once with one line, before the study is created;
+  cannot use with SQLAlchemy 2, a search range it cannot sample: search_space.py) ends at once
+  with one line, before the study is created;
 - an Optuna search says in one line how many trials it runs, what it maximises, and that its
   in-memory study cannot be resumed; Optuna's own log lines lose their colour codes when they
   go to a file (colorlog writes them whatever the stream);
@@ -22,6 +23,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from linarena.training.search_space import search_space_problem
 
 OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 # What Hydra's basic sweeper writes in the sweep folder before its first job starts.
@@ -95,7 +98,8 @@ class SweepStart(Callback):
             atexit.register(remove_unused_sweep_folder, sweep_dir)
         sweeper = config.hydra.sweeper
         if sweeper.get("_target_") == OPTUNA_SWEEPER:
-            problem = optuna_problem(sweeper)
+            problem = optuna_problem(sweeper) or search_space_problem(
+                sweeper.get("params") or {}, config.hydra.overrides.task)
             if problem is not None:
                 print(f"Error: {problem}", file=sys.stderr, flush=True)
                 sys.exit(1)
