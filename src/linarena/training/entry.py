@@ -87,7 +87,8 @@ def run_job(cfg: DictConfig) -> float:
     Config and data errors end a multirun too (the other jobs would mostly hit the same error).
     A diverged run (non-finite weights) in a multirun is re-raised instead, so Hydra marks that
     job failed and runs the others: the basic sweeper reports the failure at the end, the Optuna
-    sweeper records a failed trial and goes on (hparams_search/optuna.yaml: max_failure_rate).
+    sweeper records a failed trial and goes on (hparams_search/optuna.yaml: max_failure_rate),
+    unless it was the search's last and every trial diverged (every_trial_diverged).
     Set HYDRA_FULL_ERROR=1 for the full traceback instead.
     """
     if logging.getLogger().handlers:
