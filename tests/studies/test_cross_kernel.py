@@ -109,11 +109,12 @@ def test_a_rerun_is_the_studys_command_under_the_kernel_paths_env(
         runs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     launched = []
 
-    def fake_call(command: list[str], env: dict, **_: object) -> int:
+    def fake_call(_: study.Children, command: list[str], label: str, env: dict,
+                  **__: object) -> int:
         launched.append((command, env))
         return 1  # no run finishes: nothing is trained
 
-    monkeypatch.setattr(study.subprocess, "call", fake_call)
+    monkeypatch.setattr(study.Children, "call", fake_call)
     tasks = cross_kernel.sample_tasks(choose_sample(runs, LR_ON_SEED_1, min_runs=0),
                                       load_grid(PRESET)["lrs"])
     cross_kernel.run_check(tasks[:1], PRESET, tmp_path, ["avx2"], jobs=1, threads=1,

@@ -11,6 +11,7 @@ resumes where it stopped; a run folder without one (a killed run) is started aga
 A study that spans machines or sessions also resumes from the runs CSV it wrote before
 (runs.load_archive, checked against the preset's protocol): the runs listed there are finished
 too. `write_report` writes the study's files atomically, each with its provenance record.
+SIGTERM or SIGINT (Ctrl+C) to a study is passed on to its train.py runs (processes.Children).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from filelock import Timeout
 from linarena.analysis.provenance import record
 from linarena.attention.variants import CONF_DIR, variant_names
 from linarena.files import build_lock, write_atomic, write_text_atomic
+from linarena.studies.processes import Children
 from linarena.training.summary import SUMMARY_FILE, read_summary
 
 TRAIN_PY = CONF_DIR.parent / "train.py"
@@ -157,13 +159,15 @@ def pending(tasks: Iterable[Task], root: Path, archived: frozenset[str]) -> list
 def run_point(
     point: Point, preset: str | None, root: Path, attentions: Sequence[str], threads: int,
     extra: Sequence[str] = (), env: Mapping[str, str] | None = None,
-    entries: Mapping[str, Sequence[str]] | None = None,
+    entries: Mapping[str, Sequence[str]] | None = None, children: Children | None = None,
 ) -> str:
     """Train the unfinished attentions at `point` (one train.py -m call) unless another study
     process holds it; `env`: variables set for train.py beyond this process's (e.g. a CPU
-    kernel path, studies.cross_kernel); `entries`: the study's entries (train_commands).
-    Returns "done", "busy", "ok", "ok (a run diverged)" or
+    kernel path, studies.cross_kernel); `entries`: the study's entries (train_commands);
+    `children`: the study's processes (run_tasks), which a signal stops.
+    Returns "done", "busy", "ok", "ok (a run diverged)", "stopped" (by a signal) or
     "failed (...)"."""
+    children = children or Children()
     folder = root / point.folder_name
     try:
         with build_lock(folder, timeout=0):
@@ -175,10 +179,14 @@ def run_point(
             folder.mkdir(parents=True, exist_ok=True)
             launch_env = (os.environ | {"OMP_NUM_THREADS": str(threads),
                                         "MKL_NUM_THREADS": str(threads)} | dict(env or {}))
+            codes = []
             with open(folder / "console.log", "a") as console:
-                codes = [subprocess.call([*command, *extra], stdout=console,
+                for command in point.commands(preset, todo, root, entries):
+                    code = children.call([*command, *extra], str(folder), stdout=console,
                                          stderr=subprocess.STDOUT, env=launch_env)
-                         for command in point.commands(preset, todo, root, entries)]
+                    if code is None or children.stopped_by is not None:
+                        return "stopped"
+                    codes.append(code)
             code = max(codes)
             left = missing(point, root, attentions)
             if left:
@@ -228,17 +236,22 @@ def run_tasks(tasks: list[Task], preset: str | None, root: Path, jobs: int, thre
               env: Mapping[str, str] | None = None,
               entries: Mapping[str, Sequence[str]] | None = None) -> None:
     """Train each (point, attentions) task, `jobs` at a time (`env`, `entries`: see run_point),
-    printing one line per run and counting each outcome of run_point into `counts`."""
+    printing one line per run and counting each outcome of run_point into `counts`. A SIGTERM,
+    SIGINT or SIGHUP stops the runs (Children) and then the study (SystemExit)."""
     progress = Progress(sum(len(names) for _, names in tasks))
+    children = Children()
 
     def one(task: Task) -> None:
         point, names = task
-        outcome = run_point(point, preset, root, names, threads, extra, env, entries)
+        outcome = run_point(point, preset, root, names, threads, extra, env, entries, children)
+        if outcome == "stopped":
+            return
         counts[outcome] = counts.get(outcome, 0) + 1
         progress.report(point, names, root, outcome)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    with children.passing_signals_on(), ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(one, tasks))
+    children.exit_if_stopped()
 
 
 # What write_report writes per file: a table (CSV), a text (markdown), or a figure (a function
