@@ -247,3 +247,23 @@ def test_gradients_through_eps_on_the_true_normaliser(causal):
     assert torch.autograd.gradcheck(
         lambda a, b, c: attn(a, b, c, mask), (q, k, v), fast_mode=True, atol=1e-7, rtol=1e-5
     )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_softmax_carries_a_non_finite_real_query_into_its_row_only(causal, masked, bad):
+    """A NaN (or inf) in a real query makes that query's output NaN, as in the float64
+    reference and every other core, not the zeros PyTorch's CPU kernel returns; the other rows
+    stay those of the reference."""
+    q, k, v = inputs(dtype=torch.float32, length=9)
+    q[0, 1, 4, 3] = bad
+    mask = padding_mask([9, 6], 9) if masked else None
+    out = SoftmaxAttention(HEAD_DIM, causal)(q, k, v, mask)
+    expected = softmax_reference(q.double(), k.double(), v.double(), mask, causal)
+    assert out[0, 1, 4].isnan().all() and expected[0, 1, 4].isnan().all()
+    others = torch.ones(out.shape[:3], dtype=torch.bool)
+    others[0, 1, 4] = False
+    if masked:
+        others &= mask[:, None, :]
+    torch.testing.assert_close(out[others].double(), expected[others], atol=1e-5, rtol=1e-5)

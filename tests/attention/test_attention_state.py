@@ -15,8 +15,14 @@ from helpers.attention import (
     padding_mask,
 )
 
-from linarena.attention import CosformerAttention, EluAttention, PerformerAttention
+from linarena.attention import (
+    CosformerAttention,
+    EluAttention,
+    PerformerAttention,
+    SlidingWindowAttention,
+)
 from linarena.attention.kernels.common import lowest
+from linarena.attention.recurrent import RetNetAttention
 
 
 def _width(attn) -> int:
@@ -140,3 +146,29 @@ def test_one_token_continues_from_a_forward_state_in_its_dtype_only():
     x = torch.randn(2, 1, 8, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"state is torch\.float32"):
         attn.step(x, x, x, state)
+
+
+def _other_states() -> dict[str, object]:
+    """A state of each kind of causal core, made by step() on (2, 1, 8) tokens."""
+    return {
+        "linear": _state(EluAttention(8, causal=True)),
+        "recurrence": _state(RetNetAttention(8, causal=True)),
+        "window": _state(SlidingWindowAttention(8, causal=True, window=4)),
+    }
+
+
+@pytest.mark.parametrize(("attn", "own"), [
+    (EluAttention(8, causal=True), "linear"),
+    (RetNetAttention(8, causal=True), "recurrence"),
+    (SlidingWindowAttention(8, causal=True, window=4), "window"),
+], ids=["elu", "retnet", "swa"])
+def test_a_state_of_another_kind_of_core_is_refused_by_name(attn, own):
+    """An elu step() given a recurrence's state (or any core another core's) says whose state it
+    is and what to pass, instead of an AttributeError."""
+    x = torch.randn(2, 1, 8)
+    for kind, state in _other_states().items():
+        if kind == own:
+            continue
+        with pytest.raises(ValueError, match=rf"the state is a {type(state).__name__}.*"
+                                             "pass the state this layer returned"):
+            attn.step(x, x, x, state)

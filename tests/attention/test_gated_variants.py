@@ -190,3 +190,28 @@ def test_a_recurrent_state_of_another_layer_batch_or_dtype_is_refused(name):
     with pytest.raises(ValueError, match=r"state is torch\.float32 but this call computes in "
                                          r"torch\.float64"):
         attn.double().step(q.double(), q.double(), q.double(), state)
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_values_of_another_width_than_q_are_refused(name):
+    """The recurrences keep a head_dim x head_dim state per head (RetNet's wider values are its
+    layer's expand_v, attention=retnet_layer): v of another width says so, in forward and
+    step(), instead of a shape error inside the recurrence."""
+    attn = core(build(name, causal=True, head_dim=8, heads=2))
+    q, v, x = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 12), torch.randn(1, 5, 16)
+    message = r"v must have last dim head_dim=8 \(the width of q and k\), got 12"
+    with pytest.raises(ValueError, match=message):
+        attn(q, q, v, x=x)
+    with pytest.raises(ValueError, match=message):
+        attn.step(q[:, :, 0], q[:, :, 0], v[:, :, 0], x=x[:, 0])
+
+
+@pytest.mark.parametrize("name", TOKEN_READING)
+def test_a_token_of_another_width_than_d_model_is_refused(name):
+    attn = core(build(name, causal=True, head_dim=8, heads=2))  # d_model 16
+    q, x = torch.randn(1, 2, 5, 8), torch.randn(1, 5, 15)
+    message = r"call it with x=\(batch, length, d_model\) = \(1, 5, 16\), got \(1, 5, 15\)"
+    with pytest.raises(ValueError, match=message):
+        attn(q, q, q, x=x)
+    with pytest.raises(ValueError, match=r"d_model\) = \(1, 1, 16\), got \(1, 1, 15\)"):
+        attn.step(q[:, :, 0], q[:, :, 0], q[:, :, 0], x=x[:, 0])

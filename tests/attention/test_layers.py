@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.attention import LAYER_VARIANTS, LAYER_WIDTH, build_layer
+from helpers.attention import LAYER_HEADS, LAYER_VARIANTS, LAYER_WIDTH, build_layer
 
+from linarena.attention.layers.based import BasedLayer
 from linarena.models.positions import RotaryPositions
 
 # float64 sums of at most a few hundred terms of size ~1: rounding ~1e-13; 1e-10 leaves room
@@ -117,3 +118,17 @@ def test_float32_follows_float64_and_rotary_positions_are_taken(name: str, causa
     rotary = RotaryPositions(LAYER_WIDTH, 64)
     rotated = build_layer(name, causal, rotary=rotary)(x)
     assert torch.isfinite(rotated).all() and not torch.allclose(rotated, layer(x))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_based_window_far_longer_than_the_sequence_is_the_window_of_its_length(
+    causal: bool,
+) -> None:
+    """Based's window=2**40 on 21 tokens allocates nothing of the window's size and gives the
+    outputs of window=21 (the same weights)."""
+    fitted = BasedLayer(LAYER_WIDTH, LAYER_HEADS, causal, window=21).double()
+    huge = BasedLayer(LAYER_WIDTH, LAYER_HEADS, causal, window=2**40).double()
+    huge.load_state_dict(fitted.state_dict())
+    x = tokens()
+    mask = torch.arange(21) < torch.tensor([21, 9])[:, None]
+    assert torch.equal(huge(x, mask), fitted(x, mask))

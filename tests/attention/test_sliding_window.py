@@ -170,3 +170,27 @@ def test_train_py_runs_swa_on_lra_text(tmp_path: Path) -> None:
     finally:
         HydraConfig.instance().cfg = None
     assert '"attention_backend": "torch"' in (output_dir / "summary.json").read_text()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_window_far_longer_than_the_sequence_is_the_window_of_its_length(causal: bool) -> None:
+    """attention.window=2**40 on 29 tokens: nothing of the window's size is allocated (no
+    hundreds of GB), the outputs those of window=29, at once."""
+    q, k, v = inputs(length=29)
+    mask = padding_mask([29, 17], 29)
+    huge = SlidingWindowAttention(16, causal, window=2**40)
+    fitted = SlidingWindowAttention(16, causal, window=29)
+    for m in (None, mask):
+        assert torch.equal(huge(q, k, v, m), fitted(q, k, v, m))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_an_empty_batch_gives_an_empty_output_as_softmax_does(causal: bool) -> None:
+    q, k, v = inputs(batch=0, length=9)
+    attn = SlidingWindowAttention(16, causal, window=4)
+    out = attn(q, k, v, torch.ones(0, 9, dtype=torch.bool))
+    assert out.shape == (0, 3, 9, 16) and out.shape == build("softmax", causal)(q, k, v).shape
+    if causal:
+        out, state = attn(q, k, v, return_state=True)
+        assert out.shape == (0, 3, 9, 16) and state.k.shape == (0, 3, 3, 16)
+        assert state.position == 9

@@ -20,6 +20,7 @@ from linarena.attention.validation import (
     check_attention_inputs,
     check_head_dim,
     check_state,
+    check_state_kind,
     empty_output,
     zero_padding,
 )
@@ -222,6 +223,7 @@ class LinearAttention(nn.Module):
 
     def _check_state(self, state: LinearAttentionState, q: Tensor, v: Tensor,
                      dtype: torch.dtype) -> None:
+        check_state_kind(state, LinearAttentionState, type(self).__name__)
         expected = {"batch": q.shape[0], "heads": q.shape[1],
                     "num_features": self.feature_map.num_features(self.head_dim),
                     "value dim": v.shape[-1]}

@@ -17,6 +17,7 @@ from linarena.attention.validation import (
     check_attention_inputs,
     check_right_padded,
     check_state,
+    check_state_kind,
     empty_output,
     zero_padding,
 )
@@ -108,7 +109,12 @@ class SlidingWindowAttention(ExactAttention):
         self.backend_used = "torch"
         batch, _, length, _ = q.shape
         start = 0 if initial_state is None else initial_state.position
-        state = self._empty_state(k, v) if initial_state is None else initial_state
+        stateful = initial_state is not None or return_state
+        # A window covering the call's tokens is full attention over them: with no state to
+        # carry on, cut it to their number, so that nothing of the window's size is allocated
+        # (window=10**9 on 512 tokens is window=512).
+        window = self.window if stateful else max(1, min(self.window, length))
+        state = self._empty_state(k, v, window) if initial_state is None else initial_state
         if length == 0:
             out = empty_output(v)
             return (out, state) if return_state else out
@@ -118,11 +124,11 @@ class SlidingWindowAttention(ExactAttention):
         # nothing (bidirectional: window - 1 empty slots, so both modes index alike).
         keys = torch.cat([state.k.to(k.dtype), k], dim=2)
         values = torch.cat([state.v.to(v.dtype), v], dim=2)
-        slots = self.window - 1
+        slots = window - 1
         before = torch.arange(slots, device=q.device) >= slots - state.filled[:, None]
         real = torch.ones(batch, length, dtype=torch.bool, device=q.device) if mask is None \
             else mask
-        out = self._banded(q, keys, values, torch.cat([before, real], dim=1), real)
+        out = self._banded(q, keys, values, torch.cat([before, real], dim=1), real, window)
         if mask is not None:
             out = torch.where(mask[:, None, :, None], out, 0.0)
         if not return_state:
@@ -165,14 +171,15 @@ class SlidingWindowAttention(ExactAttention):
         return f"{type(self).__name__}(window={self.window}) at head_dim={self.head_dim}"
 
     def _banded(self, q: Tensor, keys: Tensor, values: Tensor, key_real: Tensor,
-                query_real: Tensor) -> Tensor:
+                query_real: Tensor, window: int) -> Tensor:
         """Softmax attention of q (batch, heads, n, head_dim) over keys, values (batch, heads,
         slots + n, .), query i being key slots + i (slots = window - 1), under the band and
         key_real (batch, slots + n); query_real (batch, n) says which queries are real.
         Returns (batch, heads, n, d_v), padded queries' rows finite and meaningless."""
         batch, heads, n, _ = q.shape
-        slots = self.window - 1
-        size = min(self.window, n)  # queries per block
+        d_v = values.shape[-1]
+        slots = window - 1
+        size = min(window, n)  # queries per block
         blocks = -(-n // size)
         reach = slots * (2 - self.causal)  # the band: key - query in [0, reach], key indices
         span = size + reach  # keys a block can see
@@ -202,13 +209,15 @@ class SlidingWindowAttention(ExactAttention):
             per_block(values[:, :, index], span),
             attn_mask=allowed.view(batch * blocks, 1, size, span),
             dropout_p=self.dropout if self.training else 0.0)
-        out = out.view(batch, blocks, heads, size, -1).transpose(1, 2).flatten(2, 3)
+        # d_v, not -1: an empty batch has no size to infer.
+        out = out.view(batch, blocks, heads, size, d_v).transpose(1, 2).flatten(2, 3)
         return out[:, :, :n]
 
-    def _empty_state(self, k: Tensor, v: Tensor) -> WindowState:
-        """The state before any token, for a batch shaped like k, v (batch, heads, ., .)."""
+    def _empty_state(self, k: Tensor, v: Tensor, window: int) -> WindowState:
+        """The state before any token of a window of `window`, for a batch shaped like k, v
+        (batch, heads, ., .)."""
         batch, heads = k.shape[:2]
-        slots = self.window - 1
+        slots = window - 1
         return WindowState(k.new_zeros(batch, heads, slots, k.shape[-1]),
                            v.new_zeros(batch, heads, slots, v.shape[-1]),
                            torch.zeros(batch, dtype=torch.long, device=k.device), 0,
@@ -216,6 +225,7 @@ class SlidingWindowAttention(ExactAttention):
 
     def _check_state(self, state: WindowState, k: Tensor, v: Tensor) -> None:
         """Refuse a state of another module kind, window, batch, head count or dtype."""
+        check_state_kind(state, WindowState, type(self).__name__)
         shape = {"batch": k.shape[0], "heads": k.shape[1], "window - 1": self.window - 1,
                  "head_dim": self.head_dim}
         check_state(state.made_by, state.k, self.made_by(), shape, k.dtype,

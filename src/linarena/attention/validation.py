@@ -15,9 +15,12 @@ def check_head_dim(head_dim: int, name: str) -> None:
 
 
 def check_attention_inputs(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, head_dim: int, name: str
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, head_dim: int, name: str,
+    v_is_head_dim: bool = False,
 ) -> None:
-    """Check q, k, v of shape (batch, heads, length, head_dim) and a bool (batch, length) mask."""
+    """Check q, k, v of shape (batch, heads, length, head_dim) and a bool (batch, length) mask;
+    v may be of another width unless `v_is_head_dim` (a module whose state is head_dim wide in
+    the values too)."""
     for label, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(
@@ -39,18 +42,30 @@ def check_attention_inputs(
             f"{name}: the module was built with head_dim={head_dim} but q has last dim "
             f"{q.shape[-1]} and k {k.shape[-1]}. Build it with head_dim=d_model // num_heads."
         )
+    if v_is_head_dim and v.shape[-1] != head_dim:
+        raise ValueError(
+            f"{name}: v must have last dim head_dim={head_dim} (the width of q and k), got "
+            f"{v.shape[-1]}: this module keeps a head_dim x head_dim state per head."
+        )
     if mask is None:
         return
     batch, _, length, _ = q.shape
-    if mask.dtype != torch.bool:
-        raise ValueError(
-            f"{name}: mask must be a bool tensor (True for real tokens), got dtype {mask.dtype}. "
-            "Convert it with mask.bool()."
-        )
+    check_mask_dtype(mask, name)
     if tuple(mask.shape) != (batch, length):
         raise ValueError(
             f"{name}: mask must have shape (batch, length) = ({batch}, {length}), "
             f"got {tuple(mask.shape)}."
+        )
+
+
+def check_mask_dtype(mask: Tensor, name: str) -> None:
+    """Refuse a mask that is not bool: a 0/1 mask or an additive one (0 keep, -inf pad) read as
+    bool would keep the padding or invert it."""
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"{name}: mask must be a bool tensor (True for real tokens), got dtype {mask.dtype}. "
+            "Convert a 0/1 mask with mask.bool(), an additive one (0 keep, -inf pad) with "
+            "mask == 0."
         )
 
 
@@ -72,6 +87,14 @@ def empty_output(v: Tensor) -> Tensor:
     (empty) v rather than new zeros, so it stays in v's autograd graph and a backward through it
     runs as through any call's."""
     return v.clone()
+
+
+def check_state_kind(state: object, kind: type, name: str) -> None:
+    """Refuse a state of another kind of module than `kind` (e.g. a recurrence's state given to
+    a feature-map attention), before its fields are read."""
+    if not isinstance(state, kind):
+        raise ValueError(f"{name}: the state is a {type(state).__name__}, this layer takes a "
+                         f"{kind.__name__}; pass the state this layer returned.")
 
 
 def check_state(made_by: str | None, tensor: Tensor, key: str, shape: dict[str, int],

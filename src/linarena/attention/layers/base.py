@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from linarena.attention.backends import check_backend, fla_installed
 from linarena.attention.ops import fla
 from linarena.attention.rotation import Rotation
+from linarena.attention.validation import check_state_kind
 
 
 @dataclass
@@ -124,6 +125,8 @@ class AttentionLayer(nn.Module):
         if (initial_state is not None or return_state) and not self.causal:
             raise ValueError(f"{name}: initial_state and return_state are for causal mode; "
                              "build the layer with causal=True.")
+        if initial_state is not None:
+            check_state_kind(initial_state, LayerState, name)
         if initial_state is not None and initial_state.made_by != self.made_by():
             raise ValueError(f"{name}: this state was made by {initial_state.made_by!r}, not by "
                              f"this layer ({self.made_by()!r}); a state continues only the layer "

@@ -29,6 +29,7 @@ from linarena.attention.validation import (
     check_attention_inputs,
     check_head_dim,
     check_state,
+    check_state_kind,
     zero_padding,
 )
 
@@ -90,6 +91,7 @@ class RecurrentAttention(nn.Module):
             attention normaliser; not for the delta rule, whose state is no such sum), "rms",
             "group" or "none" (linarena.attention.recurrent.output_norm).
         num_heads: heads of the per-head parameters (None: the core has none).
+        d_model: the width of the token x the core reads (None: it reads none).
         backend: "auto", "torch" or "fla" (linarena.attention.backends): fla-core's chunked
             kernels for causal forward calls on CUDA, in the inputs' dtype (bf16 / fp16 under
             autocast) with float32 states; "auto" takes them when fla is installed and has a
@@ -109,7 +111,7 @@ class RecurrentAttention(nn.Module):
 
     def __init__(
         self, head_dim: int, causal: bool, output_norm: str, num_heads: int | None = None,
-        backend: str = "auto", rotary: Rotation | None = None,
+        backend: str = "auto", rotary: Rotation | None = None, d_model: int | None = None,
     ) -> None:
         super().__init__()
         if output_norm == "denominator" and self.delta_rule:
@@ -125,6 +127,7 @@ class RecurrentAttention(nn.Module):
         self.head_dim = head_dim
         self.causal = causal
         self.num_heads = num_heads
+        self.d_model = d_model
         self.output_norm = output_norm
         self.norm = OutputNorm(output_norm, head_dim)
         self.rotary = rotary
@@ -166,7 +169,7 @@ class RecurrentAttention(nn.Module):
         gives an empty output and the state unchanged (the op returns early).
         """
         name = type(self).__name__
-        check_attention_inputs(q, k, v, mask, self.head_dim, name)
+        check_attention_inputs(q, k, v, mask, self.head_dim, name, v_is_head_dim=True)
         self._check_token(q, x)
         if (initial_state is not None or return_state) and not self.causal:
             raise ValueError(f"{name}: initial_state and return_state are for causal mode; "
@@ -216,7 +219,8 @@ class RecurrentAttention(nn.Module):
                              f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}.")
         q, k, v = (t.unsqueeze(2) for t in (q, k, v))
         x = None if x is None else x.unsqueeze(1)
-        check_attention_inputs(q, k, v, None, self.head_dim, type(self).__name__)
+        check_attention_inputs(q, k, v, None, self.head_dim, type(self).__name__,
+                               v_is_head_dim=True)
         self._check_token(q, x)
         dtype = compute_dtype(q)
         if state is not None:
@@ -254,6 +258,7 @@ class RecurrentAttention(nn.Module):
 
     def _check_state(self, state: RecurrentState, q: Tensor, dtype: torch.dtype) -> None:
         """Refuse a state of another layer kind, batch, head count or dtype."""
+        check_state_kind(state, RecurrentState, type(self).__name__)
         expected = {"batch": q.shape[0], "heads": q.shape[1], "k_dim": self.head_dim,
                     "v_dim": self.head_dim + (self.output_norm == "denominator")}
         check_state(state.made_by, state.state, self._made_by(), expected, dtype,
@@ -266,11 +271,13 @@ class RecurrentAttention(nn.Module):
                              f"{q.shape[1]} heads.")
         if not self.reads_token:
             return
-        if x is None or x.dim() != 3 or x.shape[:2] != (q.shape[0], q.shape[2]):
+        width = "..." if self.d_model is None else self.d_model
+        if (x is None or x.dim() != 3 or x.shape[:2] != (q.shape[0], q.shape[2])
+                or self.d_model not in (None, x.shape[2])):
             shape = None if x is None else tuple(x.shape)
             raise ValueError(f"{name} computes its gates from the token: call it with "
-                             f"x=(batch, length, d_model) = ({q.shape[0]}, {q.shape[2]}, ...), "
-                             f"got {shape}.")
+                             f"x=(batch, length, d_model) = ({q.shape[0]}, {q.shape[2]}, "
+                             f"{width}), got {shape}.")
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, causal={self.causal}, output_norm={self.output_norm}"

@@ -31,7 +31,7 @@ class DeltaNetAttention(RecurrentAttention):
     def __init__(self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
                  output_norm: str = "rms", backend: str = "auto",
                  rotary: Rotation | None = None) -> None:
-        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary)
+        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary, d_model)
         self.beta_proj = nn.Linear(d_model, num_heads, bias=False)
 
     def log_gate(self, x: Tensor) -> Tensor | None:

@@ -32,7 +32,7 @@ class GLAAttention(RecurrentAttention):
         gate_rank: int = 16, gate_normaliser: float = 16.0, output_norm: str = "rms",
         backend: str = "auto", rotary: Rotation | None = None,
     ) -> None:
-        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary)
+        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary, d_model)
         if gate_rank < 1 or gate_normaliser <= 0:
             raise ValueError(f"GLA: gate_rank must be >= 1 and gate_normaliser > 0, got "
                              f"{gate_rank} and {gate_normaliser}.")

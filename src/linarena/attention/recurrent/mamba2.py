@@ -54,7 +54,7 @@ class Mamba2Attention(RecurrentAttention):
     def __init__(self, head_dim: int, causal: bool = False, *, d_model: int, num_heads: int,
                  output_norm: str = "rms", backend: str = "auto",
                  rotary: Rotation | None = None) -> None:
-        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary)
+        super().__init__(head_dim, causal, output_norm, num_heads, backend, rotary, d_model)
         self.gate = HeadGate(d_model, num_heads)
 
     def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
