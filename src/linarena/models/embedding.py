@@ -47,10 +47,27 @@ class TokenPositionEmbedding(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens: (batch, length) int64 -> (batch, length + 1 if cls else length, d_model)."""
+        check_token_ids(tokens, self.tokens.num_embeddings)
         x = self.tokens(tokens)
         if self.cls is not None:
             x = torch.cat([self.cls.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
         return self.dropout(self.positions.embed(x))
+
+
+def check_token_ids(tokens: Tensor, num_tokens: int) -> None:
+    """Refuse token ids outside [0, num_tokens) before the embedding, which would fail deep
+    inside (an IndexError on CPU, a device-side assert on CUDA). One min/max pass over the ids;
+    on CUDA and under torch.compile an asynchronous assert, so that no step waits on the GPU
+    (the error surfaces at the next synchronisation)."""
+    if tokens.numel() == 0:
+        return
+    low, high = torch.aminmax(tokens)
+    what = f"token ids must lie in [0, {num_tokens - 1}] (vocab_size={num_tokens})"
+    fix = "map them into the vocabulary (0 is padding) or build the model with a larger vocab_size"
+    if tokens.is_cuda or torch.compiler.is_compiling():
+        torch._assert_async((low >= 0) & (high < num_tokens), f"{what}; {fix}.")
+    elif low < 0 or high >= num_tokens:
+        raise ValueError(f"{what}, got ids from {int(low)} to {int(high)}: {fix}.")
 
 
 def _rename_learned_positions(module, state_dict, prefix, *args) -> None:

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from linarena.attention.layers import build_attention
+from linarena.attention.validation import check_mask_dtype
 from linarena.errors import ConfigError
 from linarena.models.blocks import LAYER_NORM_EPS, TransformerBlock
 from linarena.models.embedding import TokenPositionEmbedding
@@ -140,7 +141,7 @@ class TransformerClassifier(nn.Module):
                 f"model.max_length={self.max_length}. Set model.max_length={tokens.shape[1]} "
                 f"or larger, or shorten the inputs with data.max_length={self.max_length}."
             )
-        mask = mask.bool()
+        check_mask_dtype(mask, type(self).__name__)
         # A sequence with no real token at all (e.g. an all-black image when black pixels are
         # padding) is read as all real: softmax over zero keys is undefined.
         mask = mask | ~mask.any(dim=1, keepdim=True)
