@@ -171,3 +171,61 @@ def test_train_py_treats_an_empty_data_or_root_variable_as_unset(
     monkeypatch.setenv("LINARENA_ROOT", "")
     normalise_environment()
     assert "LINARENA_DATA_DIR" not in os.environ and "LINARENA_ROOT" not in os.environ
+
+
+def failing_writer(code: int) -> object:
+    """torch.save whose writes fail with `code` after the first one: the OSError is raised inside
+    torch's writer, which reports it as a RuntimeError ("unexpected pos")."""
+    save = torch.save
+
+    class Handle:
+        def __init__(self, handle: object) -> None:
+            self.handle, self.writes = handle, 0
+
+        def write(self, data: bytes) -> int:
+            self.writes += 1
+            if self.writes > 1:
+                raise OSError(code, os.strerror(code))
+            return self.handle.write(data)
+
+        def flush(self) -> None:
+            self.handle.flush()
+
+    return lambda obj, handle, *args, **kwargs: save(obj, Handle(handle), *args, **kwargs)
+
+
+def left_in(folder: Path) -> list[str]:
+    """The files in `folder` but the build locks."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    (errno.ENOSPC, r"no space left on the device \(or over quota\) writing its cache file "
+                   r"{cache}, .* free on the disk of .*Free some space there, or set "
+                   r"paths\.data_dir"),
+    (errno.EFBIG, r"Cannot write {cache} for data=mqar: the file would exceed this process's "
+                  r"file-size limit \(ulimit -f\)\. Raise the limit"),
+], ids=["ENOSPC", "EFBIG"])
+def test_a_cache_write_failing_inside_torch_names_the_cache_and_leaves_no_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: int, expected: str
+) -> None:
+    dm = mqar(tmp_path / "data")
+    monkeypatch.setattr(torch, "save", failing_writer(code))
+    with pytest.raises(DataDirError, match=expected.format(cache=dm.cache_path)) as error:
+        dm.setup()
+    assert "\n" not in str(error.value)
+    assert left_in(dm.cache_path.parent) == []
+
+
+def test_a_folder_where_the_cache_file_goes_is_named_before_the_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dm = mqar(tmp_path / "data")
+    (dm.cache_path / "inside").mkdir(parents=True)
+    monkeypatch.setattr(MQARDataModule, "build", lambda self: pytest.fail("built anyway"))
+    with pytest.raises(DataDirError, match=rf"{dm.cache_path} is a folder where data=mqar needs a "
+                                           r"file\. Remove that folder, or set paths\.data_dir"
+                       ) as error:
+        dm.setup()
+    assert "\n" not in str(error.value)
+    assert left_in(dm.cache_path.parent) == [dm.cache_path.name]

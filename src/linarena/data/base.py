@@ -64,11 +64,12 @@ class TaskDataModule(L.LightningDataModule):
     A subclass passes its `TaskSpec` (name, head kind, vocabulary, classes, max length) to this
     constructor, which checks it, and implements `cache_config()` (the settings the cached
     tensors depend on) and `build()` (read, download or generate the data and return named
-    tensors); `check_sources()` when it reads files. Sequence tasks store per split
-    `{split}/values`, `{split}/offsets`, `{split}/labels`; pair tasks store `{split}/first/...`
-    and `{split}/second/...` plus `{split}/labels`; token tasks store `{split}/tokens` and
-    `{split}/labels`, both (n, L) (labels -100 where not scored). `make_dataset` turns each
-    into its dataset; a subclass overrides it only for another layout (MQAR's mixture).
+    tensors); `check_sources()` and `source_files()` when it reads files. Sequence tasks store
+    per split `{split}/values`, `{split}/offsets`, `{split}/labels`; pair tasks store
+    `{split}/first/...` and `{split}/second/...` plus `{split}/labels`; token tasks store
+    `{split}/tokens` and `{split}/labels`, both (n, L) (labels -100 where not scored).
+    `make_dataset` turns each into its dataset; a subclass overrides it only for another layout
+    (MQAR's mixture).
 
     Batches are dicts with `tokens` LongTensor (B, L) (pair task: (B, 2, L)), `mask` BoolTensor of
     the same shape (True = real token, right padding, pad id 0) and `label` LongTensor (B,)
@@ -155,6 +156,13 @@ class TaskDataModule(L.LightningDataModule):
         """Raise DataNotFoundError when files this task builds from are absent and will not be
         downloaded or generated; only looks whether files exist (default: nothing to check)."""
 
+    def source_files(self) -> dict[str, Path]:
+        """The files or folders the cached tensors are built from, by name (default: none, as
+        for generated data, which its settings key). The cache records their sizes and
+        modification times and is rebuilt when one of them changed; one absent now (a release
+        deleted after the build) leaves the cache usable."""
+        return {}
+
     def make_dataset(self, tensors: dict[str, torch.Tensor], split: str) -> Dataset:
         """Dataset for a stored split, by head kind (the layouts of the class docstring)."""
         labels = tensors[f"{split}/labels"]
@@ -193,7 +201,8 @@ class TaskDataModule(L.LightningDataModule):
         """Cached tensors, built (and cached) first when absent, stale or corrupt."""
         check_data_dir(self.data_dir)
         try:
-            return load_or_build(self.cache_path, self._full_config(), self._build_logged)
+            return load_or_build(self.cache_path, self._full_config(), self._build_logged,
+                                 self.source_files())
         except OSError as error:
             # A full, read-only or unwritable data folder. DataNotFoundError, a FileNotFoundError
             # without errno, passes through.

@@ -43,10 +43,20 @@ class DataDirError(DataNotFoundError):
     """The data folder cannot hold the data: it is a file, not writable, or full."""
 
 
-# OS errors met while writing the data that the data folder, not the code, causes.
+class CacheWriteError(OSError):
+    """An OSError met writing the data cache file `cache`: the failure's errno, strerror and
+    filename (None for a failed write, which names no file)."""
+
+    def __init__(self, error: OSError, cache: Path) -> None:
+        super().__init__(error.errno, error.strerror, error.filename)
+        self.cache = cache
+
+
+# OS errors met while writing the data that the data folder or the machine, not the code, causes.
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 DATA_DIR_ERRNOS = (
-    *FULL_DISK_ERRNOS, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST
+    *FULL_DISK_ERRNOS, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST,
+    errno.EISDIR, errno.EFBIG,
 )
 
 
@@ -56,18 +66,31 @@ def data_dir_error(error: OSError, task: str, data_dir: Path) -> DataDirError:
 
     The folder is the one of the file the error names (error.filename), else `data_dir`; a full
     disk is reported with the free space of that folder's disk (of its nearest existing
-    parent), not of the working directory's.
+    parent), not of the working directory's. A CacheWriteError names its cache file too.
     """
+    cache = error.cache.absolute() if isinstance(error, CacheWriteError) else None
     path = Path(error.filename).absolute() if error.filename else data_dir.absolute()
     folder = path if path.is_dir() else path.parent
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     elsewhere = "set paths.data_dir (or LINARENA_DATA_DIR) to another, writable folder."
     if error.errno in FULL_DISK_ERRNOS:
         free = human_bytes(shutil.disk_usage(existing).free)
+        writing = "" if cache is None else f" writing its cache file {cache}"
         return DataDirError(
             f"Cannot write the data of data={task} in {folder}: no space left on the device (or "
-            f"over quota), {free} free on the disk of {existing}. Free some space there, or "
-            f"{elsewhere}"
+            f"over quota){writing}, {free} free on the disk of {existing}. Free some space "
+            f"there, or {elsewhere}"
+        )
+    if error.errno == errno.EFBIG:
+        return DataDirError(
+            f"Cannot write {cache or path} for data={task}: the file would exceed this "
+            "process's file-size limit (ulimit -f). Raise the limit (ulimit -f unlimited in the "
+            "shell that starts the run) and run again."
+        )
+    if error.errno == errno.EISDIR:
+        return DataDirError(
+            f"{cache or path} is a folder where data={task} needs a file. Remove that folder, "
+            f"or {elsewhere}"
         )
     if error.errno == errno.EROFS:
         return DataDirError(

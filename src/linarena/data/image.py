@@ -108,6 +108,12 @@ class ImageDataModule(TaskDataModule):
     def cache_config(self) -> dict[str, Any]:
         return {"seed": self.seed, "num_val": self.num_val, "grey": "tensorflow"}
 
+    def source_files(self) -> dict[str, Path]:
+        folder = self.data_dir / CIFAR_FOLDER
+        if self._folder_is_complete():
+            return {name: folder / name for name in TRAIN_FILES + TEST_FILES}
+        return {CIFAR_ARCHIVE: self.data_dir / CIFAR_ARCHIVE}  # present or to be downloaded
+
     def _folder_is_complete(self) -> bool:
         folder = self.data_dir / CIFAR_FOLDER
         return all((folder / name).is_file() for name in TRAIN_FILES + TEST_FILES)

@@ -197,6 +197,12 @@ class ListOpsDataModule(TaskDataModule):
             return {"source": "official"}
         return {"source": "generated", **self.generator_settings, "sizes": self.sizes}
 
+    def source_files(self) -> dict[str, Path]:
+        if not self.uses_official():
+            return {}  # generated: its folder is named after the generator settings
+        names = [f"basic_{split}.tsv" for split in SPLITS]
+        return {name: self.official_dir / name for name in names}
+
     def build(self) -> dict[str, torch.Tensor]:
         official = self.official_dir if self.uses_official() else None
         folder = official or self.generated_dir

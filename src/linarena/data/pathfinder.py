@@ -208,6 +208,13 @@ class PathfinderDataModule(TaskDataModule):
             "sizes": self.sizes,
         }
 
+    def source_files(self) -> dict[str, Path]:
+        if not self.uses_official():
+            return {}  # generated: its folder is keyed by the seed and the generator version
+        # The release's images and the metadata that lists them.
+        return {f"{self.relative_dir}/{name}": self.official_dir / name
+                for name in ("imgs", "metadata")}
+
     def dataset_dir(self) -> Path:
         """Folder with `imgs/` and `metadata/`: the release's, or a generated one."""
         official = self.official_dir if self.uses_official() else None

@@ -92,6 +92,11 @@ class RetrievalDataModule(TaskDataModule):
     def check_sources(self) -> None:
         self.release_folder()
 
+    def source_files(self) -> dict[str, Path]:
+        folder = lra_release_path(self.data_dir, AAN_FOLDER)
+        names = [aan_file_name(split) for split in SPLITS]
+        return {} if folder is None else {name: folder / name for name in names}
+
     def release_folder(self) -> Path:
         """The release folder holding the three AAN files; DataNotFoundError naming them when
         one is absent."""

@@ -45,6 +45,7 @@ import torch
 
 from linarena.data.base import TaskDataModule
 from linarena.data.batching import pack_sequences
+from linarena.data.cache import source_stamps
 from linarena.data.errors import DataConfigError, DataFormatError, DataNotFoundError, excerpt
 from linarena.data.spec import TaskSpec
 
@@ -241,10 +242,9 @@ class SequencesDataModule(TaskDataModule):
         files = present_files(self.path)
         validation = "val.tsv" if "val" in files else {"fraction": self.val_fraction,
                                                        "seed": self.seed}
-        stats = {split: path.stat() for split, path in files.items()}
         return {
             "path": str(self.path),
-            "files": {split: [stat.st_size, stat.st_mtime_ns] for split, stat in stats.items()},
+            "files": source_stamps(files),
             **self.settings,
             "truncate": self.truncate,
             "validation": validation,

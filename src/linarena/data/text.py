@@ -114,6 +114,14 @@ class TextDataModule(TaskDataModule):
         if self._present() is None and not self.download:
             raise self._missing("data.download=false, so no download was tried")
 
+    def source_files(self) -> dict[str, Path]:
+        folder = self.data_dir / IMDB_FOLDER
+        if self._present() != folder:  # the archive, or the archive that will be downloaded
+            return {IMDB_ARCHIVE: self.data_dir / IMDB_ARCHIVE}
+        # The folders read, not train/unsup's 50,000 unlabelled reviews.
+        return {f"{IMDB_FOLDER}/{split}/{label}": folder / split / label
+                for split in IMDB_SPLITS for label in LABELS}
+
     def find_source(self) -> Path:
         """The extracted folder or the archive, downloading the archive if allowed."""
         present = self._present()
