@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 # The repository of this checkout (src/linarena/system.py is three levels below it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,15 +39,23 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine(device: str) -> dict[str, str | None]:
+# The environment variables that change a CPU run's numbers: the threads its sums are split
+# over, the CPU kernels ATen dispatches to, MKL's reproducibility mode.
+NUMERICS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "MKL_CBWR")
+
+
+def machine(device: str) -> dict[str, Any]:
     """What a run's numbers depend on beyond the code and the seed: the CPU model, the CPU
     kernels PyTorch dispatches to (its CPU capability, which ATEN_CPU_CAPABILITY overrides),
-    MKL's reproducibility mode (MKL_CBWR), the GPU on a "cuda" device, and torch's version.
-    Across CPUs the last bits of a matmul differ, which can move a seed across a plateau."""
+    MKL's reproducibility mode (MKL_CBWR), torch's threads and the NUMERICS_ENV variables set
+    (`env`: what a command must set to run the same way), the GPU on a "cuda" device, and
+    torch's version. Across CPUs the last bits of a matmul differ, which can move a seed across
+    a plateau."""
     import torch  # here, not at the top: this module stays importable without torch's cost
 
     return {"cpu": cpu_model(), "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR"),
+            "mkl_cbwr": os.environ.get("MKL_CBWR"), "threads": torch.get_num_threads(),
+            "env": {name: os.environ[name] for name in NUMERICS_ENV if name in os.environ},
             "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
             "torch": torch.__version__}
 

@@ -55,7 +55,8 @@ def test_every_table_has_one_short_caption_per_record_and_a_one_run_command(name
             assert records[source]["command"] not in text
             assert "--runs-command" not in text and "docs/results/provenance.json" in text
     if name != "default_run":  # that table is one run: the command of its caption
-        assert re.search(r"^One run: `python (train|scripts/\w+)\.py [^`]+` \(.+\)\.$", text,
+        assert re.search(r"^One run: `([A-Z_]+=\S* )*python (train|scripts/\w+)\.py [^`]+` "
+                         r"\(.+\)\.$", text,
                          re.MULTILINE), text
 
 
@@ -85,33 +86,45 @@ def test_shown_command_keeps_the_report_step_and_inserts_missing_flags() -> None
                                       "--lengths 64"
 
 
-def test_the_time_of_one_run_is_shown_where_the_data_has_it(folder: Path) -> None:
+def test_the_time_of_one_run_is_that_runs_own_on_the_machine_its_row_names(
+    folder: Path,
+) -> None:
     runs = pd.read_csv(folder / "mqar_state_size_runs.csv")
     runs.drop(columns="duration_s").to_csv(folder / "mqar_state_size_runs.csv", index=False)
-    assert "one run took" not in render("mqar_state_size", folder)  # a CSV from before durations
+    assert "this run took" not in render("mqar_state_size", folder)  # a CSV before durations
+    # Each run its own duration: the line gives the shown run's, not a median of others.
     runs.assign(duration_s=[30.0 + i for i in range(len(runs))]).to_csv(
         folder / "mqar_state_size_runs.csv", index=False)
-    median = 30.0 + (len(runs) - 1) / 2
-    assert f"one run took {median:,.0f} s here (median)" in render("mqar_state_size", folder)
-    table = pd.read_csv(folder / "results.csv")
-    table.assign(duration_s_median=95.0).to_csv(folder / "results.csv", index=False)
-    assert render("training", folder).count("one run took 95 s here (median)") == 2
+    text = render("mqar_state_size", folder)
+    shown = ONE_RUN.search(text)[1]
+    row = runs[runs["command"] == shown.replace("seed=", "logger=none seed=", 0)]
+    took = re.search(r"this run took (\d+) s on ([^;]+?) \((\w+) kernels\)", text)
+    assert took, text
+    at = runs.index[runs["command"].str.replace(" logger=none", "") == shown]
+    assert len(at) == 1 and int(took[1]) == 30 + at[0], (shown, took[0], row)
+    assert (took[2], took[3]) == (runs.loc[at[0], "cpu"], runs.loc[at[0], "cpu_kernels"])
+    # ... and says what another CPU reproduces: the point's rate.
+    assert re.search(r"what reproduces is the point's rate, \d+/\d+ seeds", text)
 
 
-def test_report_scripts_keep_each_runs_duration(tmp_path: Path) -> None:
+def test_report_scripts_keep_each_runs_duration_and_threads(tmp_path: Path) -> None:
     root = tmp_path / "study"
     for seed, seconds in ((1, 40.0), (2, 50.0)):
         summary = fake_run(root, "elu", 16, 3, 3e-3, val=0.9, test=0.9, seed=seed) / "summary.json"
-        summary.write_text(json.dumps(json.loads(summary.read_text()) | {"duration_s": seconds}))
+        recorded = json.loads(summary.read_text())
+        recorded["machine"]["env"] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        summary.write_text(json.dumps(recorded | {"duration_s": seconds}))
     out = tmp_path / "out"
     script = load_script("scripts/mqar_study.py")
     assert script.main(["--preset", PRESET, "--root", str(root), "--report-only", "--out",
-                        str(out), "study.widths=[16]", "study.short_conv=[3]"]) == 0
+                        str(out), "study.widths=[16]", "study.short_conv=[3]",
+                        "--runs-command", "python scripts/mqar_study.py"]) == 0
     assert pd.read_csv(out / "mqar_state_size_runs.csv")["duration_s"].tolist() == [40.0, 50.0]
     text = render("mqar_state_size", out)
-    assert re.search(r"One run: `python train.py experiment=mqar_study_cpu attention=elu "
-                     r"model.d_model=16 model.short_conv=3 optim.lr=0.003 seed=1` .*"
-                     r"one run took 45 s here \(median\)", text), text
+    assert re.search(r"One run: `OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python train.py "
+                     r"experiment=mqar_study_cpu attention=elu seed=1 model.d_model=16 "
+                     r"model.short_conv=3 optim.lr=0.003` .*this run took 40 s on Test CPU "
+                     r"\(AVX2 kernels\)", text), text
 
 
 ONE_RUN = re.compile(r"^One run: `([^`]+)`", re.MULTILINE)
@@ -124,8 +137,10 @@ def test_every_one_run_command_is_one_the_scripts_take() -> None:
     assert len(commands) == len(TABLES)
     for command in commands:
         words = shlex.split(command)
-        if words[1] == "train.py":
-            assert compose_config(words[2:]).seed == 1, command
+        if "train.py" in words:  # the environment its runner set, then train.py
+            at = words.index("train.py")
+            assert all(re.fullmatch(r"[A-Z_]+=\S*", word) for word in words[:at - 1]), command
+            assert compose_config(words[at + 1:]).seed == 1, command
             continue
         module = load_script(words[1])
         parse = getattr(module, "parse_args", None) or attention_parse_args

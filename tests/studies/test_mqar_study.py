@@ -23,6 +23,7 @@ from linarena.studies.runs import (
     load_study,
     state_size,
     study_runs,
+    train_overrides,
 )
 from linarena.studies.state_size import (
     choose_lr,
@@ -37,6 +38,7 @@ from linarena.studies.state_size_plot import state_size_figure
 from linarena.studies.state_size_report import summarize, unfinished
 from linarena.studies.statistics import wilson_interval
 from linarena.studies.study import Progress, StudyPoint, missing, run_point
+from linarena.system import machine
 from linarena.training.build import build_model
 
 
@@ -195,6 +197,25 @@ def test_each_run_row_names_its_machine_and_the_command_that_trained_it(study: P
     assert (row["cpu"], row["cpu_kernels"], row["commit"]) == ("Test CPU", "AVX2", "c0ffee")
     assert row["command"] == ("python train.py experiment=mqar_study_cpu attention=elu seed=2 "
                               "model.d_model=16 model.short_conv=3 optim.lr=0.003")
+
+
+def test_a_runs_command_sets_the_environment_its_numbers_depend_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the study runner sets for each train.py it starts, as summary.json records it.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    recorded = machine("cpu")
+    assert recorded["env"] == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    folder = fake_run(tmp_path, "elu", 16, 3, 3e-3, val=0.9, test=0.9)
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["machine"] |= {"env": recorded["env"]}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    command = load_study([tmp_path])["command"].iloc[0]
+    assert command.startswith("OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python train.py ")
+    assert train_overrides(command)[0] == "experiment=mqar_study_cpu"
 
 
 def test_lr_is_chosen_on_validation_only_with_ties_to_the_lower_lr(study: Path) -> None:

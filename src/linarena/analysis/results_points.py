@@ -67,10 +67,32 @@ def benchmark_flags(name: str, folder: Path) -> list[str]:
     return ["--attentions", ",".join(variants), "--lengths", _lengths(table)]
 
 
-def _took(durations: pd.Series) -> str:
-    """How long one run took, when the data says (a duration_s column with values)."""
-    seconds = durations.dropna()
-    return f"; one run took {seconds.median():,.0f} s here (median)" if len(seconds) else ""
+def _took(row: pd.Series) -> str:
+    """How long this run took and on which machine, where its row says (duration_s, cpu,
+    cpu_kernels): the figure is that machine's, not a promise for another."""
+    seconds = row.get("duration_s")
+    if seconds is None or pd.isna(seconds):
+        return ""
+    cpu, kernels = row.get("cpu"), row.get("cpu_kernels")
+    where = f" on {cpu}" if isinstance(cpu, str) and cpu else ""
+    where += f" ({kernels} kernels)" if isinstance(kernels, str) and kernels else ""
+    return f"; this run took {seconds:,.0f} s{where}"
+
+
+def _elsewhere(successes: float, seeds: float) -> str:
+    """What another CPU reproduces of a recall point: its rate, not one seed's accuracy (other
+    kernels sum in another order, which can move a seed across the 90% threshold)."""
+    if pd.isna(successes) or pd.isna(seeds):
+        return ""
+    return (f"; on another CPU a seed may land on the other side of 90%: what reproduces is the "
+            f"point's rate, {int(successes)}/{int(seeds)} seeds")
+
+
+def _thread_env(command: str) -> str:
+    """The thread settings a sweep's runner gave each run (--threads N of the record's
+    command, else 1), as the environment a one-run command must set."""
+    threads = _option(command, r"--threads[ =](\d+)", "1")
+    return f"OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} "
 
 
 def _accuracy(fraction: float) -> str:
@@ -131,17 +153,17 @@ def _sweep_runs(folder: Path) -> pd.DataFrame | None:
     if not path.is_file():
         return None
     return read_csv_checked(path, ["sweep", "task", "attention", "seed", "test_acc_pct"],
-                            ["seed", "test_acc_pct"])
+                            ["seed", "test_acc_pct", "duration_s"])
 
 
-def _seed_one_accuracy(runs: pd.DataFrame | None, row: pd.Series) -> float | None:
-    """Seed 1's test accuracy (%) of `row`'s sweep, task and attention in `runs`; None where
-    there is no such file or row."""
+def _seed_one(runs: pd.DataFrame | None, row: pd.Series) -> pd.Series | None:
+    """Seed 1's run of `row`'s sweep, task and attention in `runs`; None where there is no
+    such file or row."""
     if runs is None:
         return None
     match = runs[(runs["sweep"] == row["sweep"]) & (runs["task"] == row["task"])
                  & (runs["attention"] == row["attention"]) & (runs["seed"] == 1)]
-    return None if match.empty else float(match["test_acc_pct"].iloc[0])
+    return None if match.empty else match.iloc[0]
 
 
 def _table_statistic(row: pd.Series) -> str:
@@ -152,25 +174,30 @@ def _table_statistic(row: pd.Series) -> str:
 
 
 def training_point(folder: Path) -> list[str]:
-    """A run of each task: the first attention of its sweep, seed 1, with the sweep's settings,
-    and seed 1's own accuracy where the per-run CSV has it (the command reproduces that)."""
+    """A run of each task: the first attention of its sweep, seed 1, with the sweep's settings
+    and thread count, seed 1's own accuracy and duration where the per-run CSV has them (the
+    command reproduces that on the machine it names), and the table's statistic over seeds."""
     table = training_csv(folder / "results.csv")
     runs = _sweep_runs(folder)
+    env = _thread_env(load(folder).get("results.csv", {}).get("command", ""))
     lines = []
     for _, rows in table.groupby("task", sort=False):
         row = rows.iloc[0]
         settings = row["sweep"].split(": ", 1)[1] if ": " in row["sweep"] else ""
-        command = " ".join(word for word in ("python train.py", settings,
-                                             f"attention={row['attention']}", "seed=1") if word)
-        took = _took(rows.get("duration_s_median", pd.Series(dtype=float)))
-        seed_one = _seed_one_accuracy(runs, row)
+        command = env + " ".join(word for word in ("python train.py", settings,
+                                                   f"attention={row['attention']}", "seed=1")
+                                 if word)
+        seed_one = _seed_one(runs, row)
         if seed_one is None:
             value = (f": test accuracy {row['test_acc_pct_mean']:.2f}% as the mean of "
                      f"{int(row['n'])} seeds in the table")
         else:
-            value = (f", seed 1: test accuracy {seed_one:.2f}% in results_runs.csv; the table's "
-                     f"{int(row['n'])} seeds: {_table_statistic(row)}")
-        lines.append(_line(command, f"{row['task']}, {label(row['attention'])}{value}{took}"))
+            value = (f", seed 1: test accuracy {seed_one['test_acc_pct']:.2f}% in "
+                     f"results_runs.csv{_took(seed_one)}; the table's {int(row['n'])} seeds: "
+                     f"{_table_statistic(row)}")
+            if row["task"] in RECALL_TASKS:
+                value += _elsewhere(row.get("successes"), row.get("n_seeds"))
+        lines.append(_line(command, f"{row['task']}, {label(row['attention'])}{value}"))
     return lines
 
 
@@ -187,19 +214,20 @@ def _runs(folder: Path, name: str) -> pd.DataFrame | None:
     return read_csv_checked(path, RUN_COLUMNS, NUMERIC_COLUMNS)
 
 
-def _study_command(preset: str, row: pd.Series, extra: str = "") -> str:
-    return (f"python train.py experiment={preset} attention={row['attention']} "
-            f"model.d_model={int(row['d_model'])} model.short_conv={int(row['short_conv'])} "
-            f"optim.lr={float(row['lr'])} seed={int(row['seed'])}{extra}")
+def _shown(command: str) -> str:
+    """A run's recorded command as a one-run line shows it: `logger=none` (the study runner's,
+    to write no W&B run) dropped, the path of a checkpoint made relative to the repository."""
+    command = command.replace(" logger=none", "")
+    return re.sub(r"init_weights=\S*?/(outputs/\S+)", r"init_weights=\1", command)
 
 
-def _run_point(row: pd.Series, runs: pd.DataFrame, start: str = "") -> str:
-    """What a one-run line reproduces: the run, its accuracy (then `start`, where it began)
-    and how long the runs took."""
+def _run_point(row: pd.Series, start: str = "", rate: str = "") -> str:
+    """What a one-run line reproduces: the run, its accuracy (then `start`, where it began),
+    how long it took on which machine, and `rate` (what another CPU reproduces)."""
     conv = f"short conv {int(row['short_conv'])}" if row["short_conv"] else "no short conv"
     return (f"{label(row['attention'])}, d_model {int(row['d_model'])}, {conv}, seed "
             f"{int(row['seed'])}: {_accuracy(row['test_acc'])} in its runs CSV{start}"
-            + _took(runs.get("duration_s", pd.Series(dtype=float))))
+            f"{_took(row)}{rate}")
 
 
 def study_point(folder: Path) -> list[str]:
@@ -216,9 +244,8 @@ def study_point(folder: Path) -> list[str]:
     if at.empty:
         return []
     row = at.sort_values("seed").iloc[0]
-    command = load(folder).get("mqar_state_size.csv", {}).get("command", "")
-    preset = _option(command, r"--preset[ =]([\w/]+)", "mqar_study_cpu")
-    return [_line(_study_command(preset, row), _run_point(row, runs))]
+    rate = _elsewhere(first["successes"], first["n_seeds"])
+    return [_line(_shown(row["command"]), _run_point(row, rate=rate))]
 
 
 def step_budget_point(folder: Path) -> list[str]:
@@ -229,16 +256,12 @@ def step_budget_point(folder: Path) -> list[str]:
     if runs is None:
         return []
     row = runs.iloc[0]
-    if "start_test_acc" in runs.columns and pd.notna(row.get("command")):
-        tail = re.sub(r"init_weights=\S*?/(outputs/\S+)", r"init_weights=\1", row["command"])
+    start = ""
+    if "start_test_acc" in runs.columns:
         start = (f", continuing the study run of the checkpoint it names "
                  f"({_accuracy(row['start_test_acc'])}; `mqar_step_budget.py --retrain-study` "
                  "trains that run where it is gone)")
-        return [_line(tail, _run_point(row, runs, start))]
-    command = load(folder).get("mqar_step_budget.csv", {}).get("command", "")
-    preset = _option(command, r"--preset[ =]([\w/]+)", "mqar_study_cpu")
-    extra = f" trainer.max_steps={int(row['max_steps'])}"
-    return [_line(_study_command(preset, row, extra), _run_point(row, runs))]
+    return [_line(_shown(row["command"]), _run_point(row, start))]
 
 
 def mixture_point(folder: Path) -> list[str]:
@@ -249,13 +272,15 @@ def mixture_point(folder: Path) -> list[str]:
     runs = read_csv_checked(path, ["attention", "seed", "length", "pairs", "acc"],
                             ["seed", "length", "pairs", "acc", "duration_s"])
     row = runs.iloc[0]
-    command = load(folder).get("mqar_mixture.csv", {}).get("command", "")
-    preset = _option(command, r"experiment=([\w/]+)", "mqar_mixture_cpu")
-    return [_line(f"python train.py experiment={preset} attention={row['attention']} "
-                  f"seed={int(row['seed'])}",
+    command = row.get("command")
+    if command is None or pd.isna(command):  # a row without its own command: the study's for it
+        preset = _option(load(folder).get("mqar_mixture.csv", {}).get("command", ""),
+                         r"experiment=([\w/]+)", "mqar_mixture_cpu")
+        command = (f"python train.py experiment={preset} attention={row['attention']} "
+                   f"seed={int(row['seed'])}")
+    return [_line(_shown(command),
                   f"{label(row['attention'])}, seed {int(row['seed'])}: {_accuracy(row['acc'])} "
-                  f"at L{int(row['length'])} P{int(row['pairs'])} in its runs CSV"
-                  + _took(runs.get("duration_s", pd.Series(dtype=float))))]
+                  f"at L{int(row['length'])} P{int(row['pairs'])} in its runs CSV{_took(row)}")]
 
 
 # table name -> its one-run lines (results_tables.TABLES); the default run's table is one

@@ -97,7 +97,8 @@ def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
              "beyond_train": length > longest,
              "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
              "duration_s": summary.get("duration_s"), "cpu": machine.get("cpu"),
-             "cpu_kernels": machine.get("cpu_kernels"), "command": train_command(folder)}
+             "cpu_kernels": machine.get("cpu_kernels"),
+             "command": train_command(folder, machine.get("env"))}
             for (length, pairs), acc in sorted(accuracies.items())]
 
 

@@ -17,7 +17,6 @@ from them and the run folders (mixture_runs), as the state-size study does (runs
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from linarena.studies.mixture import (
     wanted_seeds,
 )
 from linarena.studies.preset import compose_preset
+from linarena.studies.runs import train_overrides
 from linarena.studies.study import SettingsPoint, Task, group_tasks, pending, run_tasks
 from linarena.training.summary import SUMMARY_FILE
 
@@ -98,7 +98,7 @@ def load_archive(path: Path, preset: str, extra: Sequence[str] = ()) -> pd.DataF
         filled_columns=("attention", "positions", "seed", "length", "pairs", "run", "command"))
     for row in runs.drop_duplicates("run").itertuples():
         wanted = study_overrides(preset, row.attention, str(row.positions), int(row.seed), extra)
-        if sorted(shlex.split(row.command)[2:]) != wanted:
+        if sorted(train_overrides(row.command)) != wanted:
             raise ValueError(
                 f"{path}: run {row.run} was trained by `{row.command}`, not by this study's "
                 f"command for it (train.py {' '.join(wanted)}): it belongs to another preset or "

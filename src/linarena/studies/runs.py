@@ -134,13 +134,24 @@ def best_step(folder: Path) -> int | None:
     return int(found[-1].name.removeprefix("best-step").split("-acc")[0])
 
 
-def train_command(folder: Path) -> str | None:
+def train_command(folder: Path, env: dict[str, str] | None = None) -> str | None:
     """The command that trains this run alone: train.py with the run's own Hydra overrides
-    (.hydra/overrides.yaml; a multirun job's are its sweep's values); None without the file."""
+    (.hydra/overrides.yaml; a multirun job's are its sweep's values), after the environment
+    its numbers depend on (`env`: summary.json's machine.env, e.g. the study runner's
+    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1); None without the overrides file."""
     overrides = folder / ".hydra" / "overrides.yaml"
     if not overrides.is_file():
         return None
-    return shlex.join(["python", "train.py", *map(str, OmegaConf.load(overrides))])
+    settings = [f"{name}={shlex.quote(value)}" for name, value in (env or {}).items()]
+    return " ".join([*settings, shlex.join(["python", "train.py",
+                                            *map(str, OmegaConf.load(overrides))])])
+
+
+def train_overrides(command: str) -> list[str]:
+    """The Hydra overrides of a train_command (the words after train.py, the environment
+    settings before it aside)."""
+    words = shlex.split(command)
+    return words[words.index("train.py") + 1:]
 
 
 def run_row(folder: Path) -> dict:
@@ -169,7 +180,8 @@ def run_row(folder: Path) -> dict:
         "seq_len": data["max_length"], "num_pairs": data["num_pairs"],
         "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
         "duration_s": summary.get("duration_s"), "cpu": machine.get("cpu"),
-        "cpu_kernels": machine.get("cpu_kernels"), "command": train_command(folder),
+        "cpu_kernels": machine.get("cpu_kernels"),
+        "command": train_command(folder, machine.get("env")),
     }
 
 
