@@ -30,6 +30,7 @@ from linarena.analysis.provenance import command_line, training_note
 from linarena.studies.cli import (
     STUDY_ERRORS,
     add_output_arguments,
+    add_preset_argument,
     add_runs_command_argument,
     add_training_arguments,
     fail,
@@ -45,8 +46,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="mqar_mixture_cpu",
-                        help="a mixture preset with a study: block (positions, seeds)")
+    add_preset_argument(parser, "mqar_mixture_cpu",
+                        "a mixture preset with a study: block (positions, seeds)")
     parser.add_argument("--root", type=Path,
                         default=REPO_ROOT / "outputs" / "studies" / "mqar_mixture",
                         help="folder of the run folders (default outputs/studies/mqar_mixture)")

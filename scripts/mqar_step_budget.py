@@ -34,12 +34,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from linarena.analysis.bench_args import non_negative_int, positive_int
 from linarena.analysis.provenance import command_line, training_note
 from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.variants import check_variant_names
 from linarena.studies.cli import (
     STUDY_ERRORS,
     add_output_arguments,
+    add_preset_argument,
     add_runs_command_argument,
     add_training_arguments,
     fail,
@@ -69,15 +71,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="mqar_study_cpu", help="the study's preset")
+    add_preset_argument(parser, "mqar_study_cpu", "the study's preset")
     parser.add_argument("--study", type=Path, required=True,
                         help="the study's runs CSV (mqar_study.py's <name>_runs.csv)")
-    parser.add_argument("--widths", type=int, nargs="+", required=True, help="d_model points")
-    parser.add_argument("--short-conv", type=int, nargs="+", default=[3, 0],
+    parser.add_argument("--widths", type=positive_int, nargs="+", required=True,
+                        help="d_model points")
+    parser.add_argument("--short-conv", type=non_negative_int, nargs="+", default=[3, 0],
                         help="short-conv settings of the points")
     budget = parser.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--max-steps", type=int, help="trainer.max_steps of the longer runs")
-    budget.add_argument("--tail", type=int,
+    budget.add_argument("--max-steps", type=positive_int,
+                        help="trainer.max_steps of the longer runs")
+    budget.add_argument("--tail", type=positive_int,
                         help="continue each study run for this many steps at a constant lr")
     parser.add_argument("--tail-lr", type=float, default=0.1,
                         help="the tail's constant lr, as a fraction of the study's (default 0.1)")

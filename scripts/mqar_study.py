@@ -38,6 +38,7 @@ from linarena.analysis.provenance import command_line, training_note
 from linarena.studies.cli import (
     STUDY_ERRORS,
     add_output_arguments,
+    add_preset_argument,
     add_runs_command_argument,
     add_training_arguments,
     fail,
@@ -62,8 +63,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="mqar_study_cpu",
-                        help="a conf/experiment/ preset with a study: block")
+    add_preset_argument(parser, "mqar_study_cpu", "a conf/experiment/ preset with a study: block")
     parser.add_argument("--root", type=Path, default=None,
                         help="folder of the run folders (default outputs/studies/<preset>)")
     add_training_arguments(parser)

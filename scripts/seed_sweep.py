@@ -19,22 +19,23 @@ import argparse
 import sys
 from pathlib import Path
 
+from linarena.analysis.bench_args import non_negative_int
 from linarena.analysis.runs_archive import load_runs_csv
 from linarena.attention.variants import check_variant_names, variant_names
-from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail
+from linarena.studies.cli import STUDY_ERRORS, add_preset_argument, add_training_arguments, fail
 from linarena.studies.preset import sweep_protocol
 from linarena.studies.seed_sweep import archived_runs, run_sweep
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default=None,
-                        help="a conf/experiment/ preset (default: none, the default config)")
+    add_preset_argument(parser, None,
+                        "a conf/experiment/ preset (default: none, the default config)")
     parser.add_argument("--root", type=Path, required=True,
                         help="the sweep's folder (its multirun folder for compare.py)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5],
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[1, 2, 3, 4, 5],
                         help="the seeds of every attention (default 1-5)")
-    parser.add_argument("--more-seeds", type=int, nargs="*", default=[6, 7, 8, 9, 10],
+    parser.add_argument("--more-seeds", type=non_negative_int, nargs="*", default=[6, 7, 8, 9, 10],
                         help="the seeds added where --seeds split (default 6-10; "
                              "`--more-seeds` with none after it: no more seeds)")
     parser.add_argument("--resume-from", type=Path, default=None, metavar="CSV",

@@ -24,9 +24,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from linarena.analysis.bench_args import non_negative_int
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line
 from linarena.studies import cross_kernel
-from linarena.studies.cli import STUDY_ERRORS, add_training_arguments, fail, report_command
+from linarena.studies.cli import (
+    STUDY_ERRORS,
+    add_preset_argument,
+    add_training_arguments,
+    fail,
+    report_command,
+)
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import load_archive
 from linarena.studies.study import write_report
@@ -37,13 +44,13 @@ NAME = "cross_kernel"
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="mqar_study_cpu", help="the study's preset")
+    add_preset_argument(parser, "mqar_study_cpu", "the study's preset")
     parser.add_argument("--runs", type=Path,
                         default=PUBLISHED_DIR / "mqar_state_size_runs.csv",
                         help="the study's published runs CSV")
     parser.add_argument("--kernel-paths", default="default,avx2",
                         help=f"comma-separated, of {', '.join(cross_kernel.KERNEL_PATHS)}")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=None,
                         help="rerun only these seeds of each sampled point (default: all; a "
                              "split point is still chosen on all its published seeds)")
     parser.add_argument("--min-runs", type=int, default=cross_kernel.MIN_RUNS,

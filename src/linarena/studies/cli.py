@@ -1,6 +1,7 @@
 """What every study script (scripts/mqar_study.py, mqar_mixture.py, mqar_step_budget.py,
 seed_sweep.py and those of scripts/maintainer/) shares on its command line: how it trains,
-where it writes and how it fails."""
+where it writes and how it fails. Bad values (--jobs 0, --preset nope, a negative seed) are
+refused by the parser, with argparse's one `error:` line and exit code 2, before anything runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from linarena.analysis.bench_args import positive_int
 from linarena.analysis.results_captions import THEN
+from linarena.attention.variants import CONF_DIR
 from linarena.errors import LinarenaError
 
 # The errors a study script reports as a one-line message (exit 2) rather than a traceback: a
@@ -25,6 +28,24 @@ def attention_name(value: str) -> str:
     return value
 
 
+def preset_name(value: str) -> str:
+    """A --preset value: the name of a config of conf/experiment/ (e.g. mqar_study_cpu)."""
+    folder = CONF_DIR / "experiment"
+    if not (folder / f"{value}.yaml").is_file():
+        known = sorted(path.relative_to(folder).with_suffix("").as_posix()
+                       for path in folder.rglob("*.yaml"))
+        raise argparse.ArgumentTypeError(
+            f"no such preset {value!r} (no {folder}/{value}.yaml); the presets: "
+            f"{', '.join(known)}")
+    return value
+
+
+def add_preset_argument(parser: argparse.ArgumentParser, default: str | None,
+                        help_text: str) -> None:
+    """--preset: a config of conf/experiment/, checked when the arguments are parsed."""
+    parser.add_argument("--preset", default=default, type=preset_name, help=help_text)
+
+
 def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = True,
                            report_only: bool = True) -> None:
     """--jobs, --threads, --attention (unless `attention` is False) and --report-only (unless
@@ -32,8 +53,8 @@ def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = Tr
     if attention:
         parser.add_argument("--attention", nargs="+", default=None, type=attention_name,
                             help="only these variants (default: every file of conf/attention/)")
-    parser.add_argument("--jobs", type=int, default=2, help="points trained at a time")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--jobs", type=positive_int, default=2, help="points trained at a time")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads per run")
     if report_only:
         parser.add_argument("--report-only", action="store_true",
                             help="do not train; report only")
