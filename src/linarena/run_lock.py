@@ -36,6 +36,7 @@ from filelock import FileLock, Timeout
 
 from linarena.errors import ResumeError
 from linarena.files import write_bytes_atomic, write_text_atomic
+from linarena.training.commands import resume_command
 
 LOCK_FILE = ".run.lock"
 OWNER_FILE = ".run_owner.json"
@@ -80,7 +81,7 @@ def _taken_message(folder: Path, found: list[str]) -> str:
     return (
         f"The folder {folder} already holds a run ({', '.join(found)}); a new run there would "
         "overwrite its summary and checkpoints, so nothing was changed. To continue that run: "
-        f"python train.py ckpt_path=last hydra.run.dir={folder} (with a larger "
+        f"{resume_command(folder)} (with a larger "
         "trainer.max_steps if it finished). To train a new run, drop hydra.run.dir=... (each "
         "run gets a new folder) or point it at an empty folder."
     )
@@ -130,7 +131,7 @@ def _busy_message(folder: Path, owner: Owner | None) -> str:
     return (
         f"The run folder {folder} is in use: {who} trains in it. Two trainings in one folder "
         f"would mix their checkpoints and summaries. Wait for it to finish, or {kill} later "
-        f"with python train.py ckpt_path=last hydra.run.dir={folder}, or train in another "
+        f"with {resume_command(folder)}, or train in another "
         "folder (drop hydra.run.dir=... for a new one). Its .hydra/ files, which this attempt "
         "overwrote, are put back when it ends."
     )

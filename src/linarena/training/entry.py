@@ -22,6 +22,7 @@ from linarena.run_lock import (
     run_folder_lock,
 )
 from linarena.training.build import LOGGER_FILES, logger_nodes
+from linarena.training.commands import resume_command
 from linarena.training.environment import normalise_environment, os_error_message
 from linarena.training.launch import hydra_context
 from linarena.training.resume import clean_checkpoint_step
@@ -50,8 +51,8 @@ def explain(err: BaseException, output_dir: Path) -> str:
         if step is not None:
             kept = (
                 f"The last clean checkpoint (weights and optimizer state finite) is "
-                f"{last}, step {step}. Resume from it with a lower learning rate: python train.py "
-                f"ckpt_path=last hydra.run.dir={output_dir} {lower} (a longer "
+                f"{last}, step {step}. Resume from it with a lower learning rate: "
+                f"{resume_command(output_dir, *[lower] if err.lr else [])} (a longer "
                 "optim.warmup_steps or trainer.precision=32-true may help too)."
             )
         elif last.is_file():

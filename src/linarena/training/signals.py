@@ -19,6 +19,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from linarena.errors import LinarenaError
+from linarena.training.commands import resume_command
 
 # Exit statuses of a process killed by the signal (128 + signal number), as shells report them.
 EXIT_CODES = {"SIGTERM": 128 + signal.SIGTERM, "SIGINT": 128 + signal.SIGINT}
@@ -90,6 +91,6 @@ class SaveOnSignal(Callback):
         )
         return RunStopped(
             f"Stopped by {self.signal_name} at step {trainer.global_step}; {where}. Resume "
-            f"with: python train.py ckpt_path=last hydra.run.dir={output_dir}",
+            f"with: {resume_command(output_dir)}",
             self.signal_name or "SIGTERM",
         )

@@ -24,6 +24,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from linarena.files import write_text_atomic
 from linarena.metrics import METRICS, STEP_KEY
+from linarena.training.commands import sync_command
 from linarena.training.config_checks import check_known_keys
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def wandb_logger(
         reason = server_unreachable(url)
         if reason is not None:
             log.warning("W&B server %s unreachable (%s): logging offline; upload later with "
-                        "`wandb sync %s/wandb/offline-run-*`", url, reason, output_dir)
+                        "`%s`", url, reason, sync_command(output_dir, "/wandb/offline-run-*"))
             mode = "offline"
     kwargs.setdefault("id", run_id(output_dir, ckpt_path is not None,
                                    write=rank_zero_only.rank == 0))
@@ -222,9 +223,10 @@ def location_message(info: dict[str, Any]) -> str:
         folder = Path(info["dir"])
         parts = sorted(folder.parent.glob(f"offline-run-*-{info['id']}"))
         if len(parts) > 1:
-            pattern = folder.parent / f"offline-run-*-{info['id']}"
+            pattern = f"/offline-run-*-{info['id']}"
             return (f"W&B run (offline) stored in {len(parts)} folders, one per start or resume, "
-                    f"{pattern}; upload them all with: wandb sync {pattern}")
+                    f"{folder.parent}{pattern}; upload them all with: "
+                    f"{sync_command(folder.parent, pattern)}")
         return (f"W&B run (offline) stored in {info['dir']}; upload it with: "
-                f"wandb sync {info['dir']}")
+                f"{sync_command(info['dir'])}")
     return f"W&B run: {info['url'] or info['dir']}"
