@@ -15,7 +15,7 @@ table), with their provenance records.
 With --tail N instead of --max-steps, each of the study's runs is continued from its last
 checkpoint (in --study-root, the study's run folders) for N more steps at a constant lr,
 --tail-lr times the study's (studies.step_budget.TailPoint): the study's run continued, not a
-new schedule (issue #26 item 6). Where a study run's checkpoint is gone (a study resumed from its
+new schedule. Where a study run's checkpoint is gone (a study resumed from its
 runs CSV in another session) or its run did not finish (stopped mid-training: a last.ckpt from
 its middle, no summary.json), --retrain-study trains that run again first, from scratch, and
 throws away a tail that continued the run before; a run repeats bit for bit only on the CPU

@@ -1,5 +1,5 @@
-"""Does torch.compile (Inductor) speed up the attention cores on this machine? (issue #27: offer
-it as a backend where it gives a measured gain.)
+"""Does torch.compile (Inductor) speed up the attention cores on this machine? (It is offered
+as a backend only where it gives a measured gain.)
 
 Per core and mode, in one process: the median fwd+bwd time of `--repeats` calls of the eager
 module and of torch.compile(module, backend="inductor") after one untimed call (which compiles;

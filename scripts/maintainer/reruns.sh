@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The round's reruns (issue #26) across sittings, on a machine whose outputs/ need not survive
+# The published studies' reruns across sittings, on a machine whose outputs/ need not survive
 # from one sitting to the next: every stage skips the runs finished in outputs/ and those
 # committed in docs/results/in_progress/ (--resume-from), and `snapshot` writes the runs
 # finished so far there, to commit before the sitting ends.

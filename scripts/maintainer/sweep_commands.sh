@@ -14,7 +14,7 @@ listops_sweep() {
     echo "${line}trainer.max_steps=300 tags=[readme] --seeds 1 2 3 4 5 6 7 8 9 10 --more-seeds"
 }
 
-# MQAR at seeds 1-5, 6-10 where they split (the preset's seed rule, issue #26).
+# MQAR at seeds 1-5, 6-10 where they split (the preset's seed rule).
 mqar_sweep() {
     echo "python scripts/seed_sweep.py --preset mqar_cpu --root $1/mqar --jobs 1 --threads 2" \
         "${2:+$2 }tags=[readme]"

@@ -72,7 +72,7 @@ def command_line(script: str | Path, argv: Sequence[str] | None = None) -> str:
 
 
 def trained_by(runs: pd.DataFrame) -> str:
-    """A sentence on where a table's runs were trained (issue #26 item 5), from a runs table's
+    """A sentence on where a table's runs were trained, from a runs table's
     `commit`, `cpu` and `cpu_kernels` columns (one row per run, or per `run` id): each commit,
     a "-dirty" one (a tree with uncommitted changes) named as such, and each machine, with its
     number of runs."""

@@ -90,8 +90,8 @@ def model_table(folder: Path) -> str:
 
 def training_table(folder: Path) -> str:
     """The small-budget sweeps: tokens/s, peak memory and the test accuracy over seeds, as
-    mean ± std, or for RECALL_TASKS (issue #26) as the seeds at the threshold with the rate's 95%
-    Wilson interval and the median (min-max); a table each."""
+    mean ± std, or for RECALL_TASKS (an outcome that can go either way) as the seeds at the
+    threshold with the rate's 95% Wilson interval and the median (min-max); a table each."""
     table = training_csv(folder / "results.csv")
     recall = table["task"].isin(RECALL_TASKS) & ("successes" in table.columns)
     speed = ["tokens/s", "peak memory (MB)"]

@@ -51,7 +51,8 @@ class RunRecord:
     # model.positions (None where the run does not say).
     positions: str | None = None
     # The code and machine that trained it (summary.json's commit and machine; None where the
-    # run does not say): what a per-seed row must name (issue #26).
+    # run does not say): what a per-seed row must name, since the last bits of a
+    # CPU's sums can move a seed across a threshold.
     commit: str | None = None
     cpu: str | None = None
     cpu_kernels: str | None = None

@@ -87,7 +87,7 @@ def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.
         table[f"{metric.name}_mean"] = finished[metric.name].mean()
         table[f"{metric.name}_std"] = finished[metric.name].std(ddof=1)
     table["duration_s_median"] = grouped["duration_s"].median()
-    # The statistics of every recall result (issue #26): seeds at 90% test accuracy with the
+    # The statistics of every recall result: seeds at 90% test accuracy with the
     # rate's Wilson interval, median and range (a failed run counts in n, never in k).
     statistics = grouped[TEST_ACC.name].apply(
         lambda acc: pd.Series(point_statistics(acc / TEST_ACC.scale))).unstack()

@@ -1,4 +1,4 @@
-"""The cross-kernel reproduction check (issue #26, item 3): rerun a stated sample of a study's
+"""The cross-kernel reproduction check: rerun a stated sample of a study's
 published runs under other kernel paths and say, per point, whether the reruns' outcomes are
 consistent with the published rate.
 
@@ -23,8 +23,8 @@ README's readings use to separate two points; two 95% intervals can overlap whil
 differ at p < 0.05, so overlap is a rule of unknown level. Its limit, said in every verdict: at
 3 seeds against 3 the smallest possible p is 0.10 (3/3 against 0/3), so no 3-seed point can be
 inconsistent; `flipped`, the seeds whose rerun outcome differs from the published one (same
-seed, same command), is the per-seed evidence of a kernel-dependent outcome (issue #26 item 2
-adds seeds there).
+seed, same command), is the per-seed evidence of a kernel-dependent outcome (a
+split point already has 10 seeds, so the check adds none).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ positions it never trained on).
 
 Runs are pooled only when they trained and tested on one mixture, at one width, depth, learning
 rate and step budget (only the attention, the kind of positions and the seed may differ); each
-(attention, positions) is a row of the table (issue #28: where does length generalisation
+(attention, positions) is a row of the table (the question: where does length generalisation
 appear without absolute position codes, model.positions=none or rope?).
 """
 

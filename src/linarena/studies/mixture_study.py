@@ -1,4 +1,4 @@
-"""The MQAR mixture as a study (issue #28 item 4a, #26): every attention of conf/attention/ with
+"""The MQAR mixture as a study: every attention of conf/attention/ with
 each kind of positions of the preset's `study:` block (e.g. none and rope: where does length
 generalisation appear without absolute position codes?), over its seeds, trained by the study
 runner (study.run_tasks: resumable, a folder per run, <root>/<positions>_seed<s>/<attention>/),

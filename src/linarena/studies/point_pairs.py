@@ -7,7 +7,7 @@ those a reading compares: points that differ in exactly one coordinate, the othe
 against RetNet at d_model 16 with the conv"; "softmax with RoPE against softmax without
 positions at L256 P64"). A family is one varied coordinate at one value of the others.
 
-Each pair gets Fisher's exact p (the issue #26 rule: a reading says "A recalls more often than
+Each pair gets Fisher's exact p (the project's rule: a reading says "A recalls more often than
 B" only when p < ALPHA, or when the two 95% Wilson intervals do not overlap) and Holm's
 adjustment of it within its family, for a reader who compares many pairs of one family at once.
 Where the seeds' accuracies are given (the mixture: beyond the training length accuracy falls

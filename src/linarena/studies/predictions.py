@@ -1,5 +1,6 @@
-"""The README's predictions for the state-size and mixture studies (issue #28: written before the
-reruns), checked against the published point tables, one row per comparison.
+"""The README's predictions for the state-size and mixture studies (written before the
+reruns, so that a reading cannot be fitted to the result), checked against the published point
+tables, one row per comparison.
 
 Each prediction is a set of checks on points (a point: its n seeds and the k that reached
 SUCCESS_THRESHOLD, statistics.point_statistics), with one of four verdicts:

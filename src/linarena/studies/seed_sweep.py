@@ -1,5 +1,5 @@
-"""A sweep over every attention and seed, with more seeds where the outcomes split (issue #26):
-the README's small-budget tables as a study, resumable.
+"""A sweep over every attention and seed, with more seeds where the outcomes split (a result that
+can go either way is a rate): the README's small-budget tables as a study, resumable.
 
 Every attention is trained at each of `seeds` (a train.py process per run, so that its CPU peak
 memory is its own; a folder per run, <root>/seed<s>/<attention>/); an attention whose seeds

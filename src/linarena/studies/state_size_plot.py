@@ -1,7 +1,7 @@
 """The MQAR state-size figure (after Based, Arora et al. 2024, Figure 3): test accuracy against
 state size, one line per attention through the medians over seeds, every seed drawn as a point
-(top row); below it the rate of seeds that reached 90% with its 95% Wilson interval (issue #26:
-a result that can go either way is a rate); a column with the short conv and one without."""
+(top row); below it the rate of seeds that reached 90% with its 95% Wilson interval (a
+result that can go either way is a rate); a column with the short conv and one without."""
 
 from __future__ import annotations
 

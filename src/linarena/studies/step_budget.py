@@ -8,7 +8,7 @@ study chose for each (on validation) and with every seed of its grid, so that th
 only change, and compares per point: the median test accuracy, the seeds that reached 90% and
 the median step of the best validation accuracy, at both budgets.
 
-Two kinds of longer run, said in the caption (issue #26 item 6):
+Two kinds of longer run, said in the caption, since they answer different questions:
 - a longer budget: the preset's schedule over --max-steps (a cosine decay then reaches 0 at the
   new budget, so this is another run, not the study's run continued);
 - a constant-lr tail (TailPoint): the study's run continued from its last checkpoint
