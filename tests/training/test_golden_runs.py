@@ -109,7 +109,7 @@ def test_a_studys_golden_cases_are_configured_as_the_study_trains_them() -> None
     assert sorted(found) == [
         "mqar_mixture_cpu/deltanet_layer/model.positions=none/model.short_conv=0",
         "mqar_mixture_cpu/deltanet_layer/model.positions=rope/model.short_conv=0",
-        "mqar_study_cpu/based_layer/model.short_conv=0",
+        "mqar_study_cpu/based_layer/attention.window=16/model.short_conv=0",
         "mqar_study_cpu/gated_deltanet+swa/model.pattern=[gated_deltanet,{swa:{window:16}}]"
         "/model.short_conv=0",
         "mqar_study_cpu/gated_deltanet+swa/model.pattern=[gated_deltanet,{swa:{window:16}}]"
