@@ -16,14 +16,20 @@ RESUME_SUBDIR = ".hydra/resume"
 
 def hydra_output_subdir(ckpt_path: str | None, output_dir: str) -> str:
     """Where Hydra writes a job's own config files (conf/hydra/default.yaml: output_subdir). A
-    resumed run (ckpt_path set) writes them to .hydra/resume/, so that the run's
+    resumed run (ckpt_path set, or the job of a sweep run again that continues its run:
+    linarena.training.sweep_resume) writes them to .hydra/resume/, so that the run's
     .hydra/config.yaml and overrides.yaml, the record of how it started, stay untouched. So
-    does a new run aimed at a folder that already holds a run: it writes them to a folder of
-    their own, which the refusal removes (linarena.run_lock)."""
+    does a new run aimed at a folder that already holds a run (or a finished job skipped): it
+    writes them to a folder of their own, which the refusal (or the skip) removes
+    (linarena.run_lock)."""
     from linarena.run_lock import REFUSED_HYDRA_SUBDIR, existing_run, is_other_rank
+    from linarena.training.sweep_resume import RESTART, RESUME, job_state
 
-    if ckpt_path is not None:
+    state = job_state(Path(output_dir)) if ckpt_path is None else None
+    if ckpt_path is not None or state == RESUME:
         return RESUME_SUBDIR
+    if state == RESTART:
+        return ".hydra"
     if not is_other_rank() and existing_run(Path(output_dir)):
         return REFUSED_HYDRA_SUBDIR
     return ".hydra"

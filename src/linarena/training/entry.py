@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from linarena.errors import LinarenaError, NonFiniteStateError
 from linarena.run_lock import (
@@ -29,6 +29,7 @@ from linarena.training.resume import clean_checkpoint_step
 from linarena.training.run import train
 from linarena.training.search_space import all_trials_diverged
 from linarena.training.signals import RunStopped
+from linarena.training.sweep_resume import FINISHED, RESTART, RESUME, job_state, skip_finished
 from linarena.training.sweep_start import OPTUNA_SWEEPER
 
 # OS errors whose cause is the machine, not the code: reported in one line.
@@ -98,9 +99,18 @@ def run_job(cfg: DictConfig) -> float:
         for handler in list(logging.getLogger("lightning").handlers):
             logging.getLogger("lightning").removeHandler(handler)
     output_dir = Path(cfg.paths.output_dir).resolve()
+    # A sweep run again (the same command and hydra.sweep.dir) continues its jobs' runs.
+    state = job_state(output_dir) if cfg.get("ckpt_path") is None else None
+    if state == FINISHED:
+        shutil.rmtree(output_dir / REFUSED_HYDRA_SUBDIR, ignore_errors=True)
+        return skip_finished(output_dir)
+    if state == RESUME:
+        with open_dict(cfg):
+            cfg.ckpt_path = "last"
     try:
         normalise_environment()
-        with run_folder_lock(output_dir, new_run=cfg.get("ckpt_path") is None):
+        new_run = cfg.get("ckpt_path") is None and state != RESTART
+        with run_folder_lock(output_dir, new_run=new_run):
             return train(cfg)
     except (LinarenaError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":

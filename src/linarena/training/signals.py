@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from linarena.errors import LinarenaError
 from linarena.training.commands import resume_command
+from linarena.training.sweep_resume import sweep_command
 
 # Exit statuses of a process killed by the signal (128 + signal number), as shells report them.
 EXIT_CODES = {"SIGTERM": 128 + signal.SIGTERM, "SIGINT": 128 + signal.SIGINT}
@@ -89,8 +90,12 @@ class SaveOnSignal(Callback):
             if self.saved
             else f"training had ended, its checkpoints are in {self.path.parent}"
         )
+        sweep = sweep_command()
+        rest = "" if sweep is None else (
+            "; or complete the sweep (finished jobs are skipped, stopped ones resumed, the rest "
+            f"trained) with the same command: {sweep}")
         return RunStopped(
             f"Stopped by {self.signal_name} at step {trainer.global_step}; {where}. Resume "
-            f"with: {resume_command(output_dir)}",
+            f"with: {resume_command(output_dir)}{rest}",
             self.signal_name or "SIGTERM",
         )
