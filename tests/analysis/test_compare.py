@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -422,3 +423,19 @@ def test_a_slow_run_is_named_with_the_cpu_time_its_process_had(
     runs = pd.read_csv(tmp_path / "out" / "results_runs.csv")
     assert sorted(runs.loc[runs["attention"] == "softmax", "cpu_s"]) == [4.0, 10.0, 11.0, 11.0,
                                                                          12.0, 12.0]
+
+
+def test_a_killed_run_is_listed_with_the_command_that_resumes_it(
+    runs_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run folder with checkpoints but no summary.json (killed, or stopped by a signal) cannot
+    be compared: the output says which and how to finish it, instead of leaving it out silently."""
+    killed = runs_dir / "multirun" / "2025-01-01" / "killed [x] run"
+    (killed / "checkpoints").mkdir(parents=True)
+    (killed / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert run_compare("--runs", runs_dir, "--out", tmp_path / "out") == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if str(killed) in line]
+    assert len(lines) == 1 and "no summary.json" in lines[0], lines
+    command = lines[0].split("resume: ", 1)[1]
+    assert shlex.split(command) == ["python", "train.py", "ckpt_path=last",
+                                    f"hydra.run.dir={killed}"]

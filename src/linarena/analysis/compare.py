@@ -10,7 +10,9 @@ A sweep is what a run was compared with when it was started: its multirun folder
 single runs), plus the overrides other than attention and seed. Runs of different sweeps are
 never averaged together; ``--sweep`` picks some. Debug runs (debug=smoke/fdr/overfit) are left
 out unless ``--debug``. A sweep that spans sessions or machines is compared with the runs CSV
-it wrote before (``--resume-from``, linarena.analysis.runs_archive).
+it wrote before (``--resume-from``, linarena.analysis.runs_archive). A run folder with a
+checkpoint but no summary.json (stopped before it finished) is listed with the command that
+resumes it.
 
     python scripts/compare.py --runs outputs/
     python scripts/compare.py --runs outputs/ --sweep multiruns/2025-01-01_10-00-00 --published
@@ -28,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from linarena.analysis.order import task_sort_key
 from linarena.analysis.plots import plot_accuracy_vs_throughput
@@ -44,6 +47,8 @@ from linarena.analysis.runs_archive import load_runs_csv, with_archive
 from linarena.analysis.table import aggregate_runs, runs_table, to_markdown
 from linarena.files import write_atomic
 from linarena.metrics import TOKENS_PER_SEC
+from linarena.training.commands import resume_command
+from linarena.training.summary import SUMMARY_FILE
 
 
 def parse_args(argv: list[str] | None, default_out: Path) -> argparse.Namespace:
@@ -125,6 +130,29 @@ def failed_note(records: list[RunRecord]) -> str | None:
             f"'failed' column and left out of the means: {shown}")
 
 
+def unfinished_runs(dirs: Iterable[Path], include_debug: bool) -> list[Path]:
+    """The run folders under `dirs` with checkpoints/last.ckpt but no summary.json: runs stopped
+    (a signal, kill -9, a crash) before they finished, which nothing can be compared of; debug
+    runs only with `include_debug`."""
+    found = []
+    for directory in dirs:
+        for last in sorted(directory.rglob("last.ckpt")) if directory.is_dir() else ():
+            run = last.parent.parent
+            if last.parent.name == "checkpoints" and not (run / SUMMARY_FILE).is_file() and (
+                    include_debug or not _is_debug(run)):
+                found.append(run.resolve())
+    return found
+
+
+def _is_debug(run: Path) -> bool:
+    """Whether the run's saved config is a debug preset's (run_group debug)."""
+    try:
+        config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(config, dict) and config.get("run_group") == "debug"
+
+
 def steps_warnings(records: Iterable[RunRecord]) -> list[str]:
     """A warning per task whose runs were trained for different numbers of steps
     (trainer.max_steps), naming each budget's sweeps: their rows and points are not a
@@ -193,6 +221,10 @@ def _cpu_note(run: RunRecord, runs: list[RunRecord]) -> str:
 def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compare")) -> int:
     """scripts/compare.py; returns the exit status (2 for bad input, with a one-line error)."""
     args = parse_args(argv, default_out)
+    # Said first: also when no run finished.
+    for run in unfinished_runs(args.runs or [], args.debug):
+        print(f"note: {run} has checkpoints but no {SUMMARY_FILE} (stopped before it finished), "
+              f"so it is not compared; resume: {resume_command(run)}")
     try:
         filters = parse_filters(args.filter)
         if args.runs:
