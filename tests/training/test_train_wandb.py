@@ -163,3 +163,21 @@ def test_a_resumed_run_logs_at_the_training_step_and_skips_the_steps_it_already_
         logger.log_metrics({"train/loss": 1.0}, step=step)
     assert [step for step, _ in run.rows] == [69, 70, 71]
     assert all(row["trainer/global_step"] == step for step, row in run.rows)
+
+
+def test_w_and_b_files_that_cannot_be_written_after_training_are_one_warning(
+    tmp_path: Path,
+) -> None:
+    """Training finished and summary.json is written: a W&B data folder that cannot be written
+    (read-only, or here under a regular file, which stops root too) is one warning, exit 0."""
+    (tmp_path / "a_file").write_text("")
+    env = {"WANDB_DATA_DIR": str(tmp_path / "a_file" / "wandb_data")}
+    result = run_train(["debug=smoke", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+                       tmp_path / "data", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output
+    warnings = [line for line in output.splitlines() if "WANDB_DATA_DIR" in line]
+    assert len(warnings) == 1 and "WANDB_DIR" in warnings[0], output[-3000:]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["metrics"]["test/acc"] \
+        is not None

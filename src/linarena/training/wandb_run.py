@@ -141,7 +141,16 @@ class StepWandbLogger(WandbLogger):
         panel on that key merges the rows of every run shown), then wandb.finish."""
         run = self.experiment
         run.summary.update({k: v for k, v in summary["metrics"].items() if v is not None})
-        run.log({COMPARISON_KEY: wandb.Table(columns=list(row), data=[list(row.values())])})
+        try:
+            run.log({COMPARISON_KEY: wandb.Table(columns=list(row), data=[list(row.values())])})
+        except OSError as err:
+            # The run has trained and summary.json is written: not a failure of the run. A table
+            # is staged under W&B's data folder (~/.local/share/wandb unless WANDB_DATA_DIR).
+            log.warning(
+                "W&B could not write its offline files (%s: %s): the run finished and its "
+                "summary.json is written, but its W&B run lacks the comparison table. Point "
+                "WANDB_DATA_DIR (and WANDB_DIR, WANDB_CACHE_DIR) at writable folders.",
+                type(err).__name__, str(err).splitlines()[0][:300])
         wandb.finish(exit_code=0)
 
     @rank_zero_only
