@@ -79,7 +79,7 @@ def test_every_kind_embeds_at_an_offset_as_in_the_whole_sequence(kind: str) -> N
     assert whole.shape == x.shape
     for offset in (1, 13):
         torch.testing.assert_close(made.embed(x[:, offset:], offset), whole[:, offset:])
-    if made.rotates:  # applied once: nothing added to the embedding
+    if made.rotates or made.biases:  # applied once, in attention: nothing added here
         assert torch.equal(whole, x)
     else:  # and nothing rotated in attention
         q, k = torch.randn(2, 1, 3, 5, 8)
@@ -237,7 +237,7 @@ def test_the_model_hands_a_rotating_kind_to_every_core_and_padding_stays_exact(n
     with torch.no_grad():
         torch.testing.assert_close(model(*padded), model(tokens, mask), rtol=1e-4, atol=1e-5)
     assert all(make_model(name, kind).blocks[0].attention.core.rotary is None
-               for kind in KINDS if not POSITIONS[kind].rotates)
+               for kind in KINDS if not POSITIONS[kind].rotates and not POSITIONS[kind].biases)
 
 
 def test_a_learned_table_saved_before_the_seam_still_loads() -> None:
@@ -251,7 +251,7 @@ def test_a_learned_table_saved_before_the_seam_still_loads() -> None:
                        old["embedding.learned_positions.weight"])
 
 
-@pytest.mark.parametrize("kind", ["rope", "none"])
+@pytest.mark.parametrize("kind", ["rope", "alibi", "none"])
 def test_train_py_runs_with_the_kind_and_records_it(kind: str, tmp_path: Path) -> None:
     """python train.py model.positions=<kind> debug=smoke, on the causal MQAR task."""
     run = tmp_path / "run"
@@ -285,8 +285,8 @@ def test_the_comparison_table_shows_the_kind(tmp_path: Path) -> None:
 
 
 def test_an_unknown_kind_is_refused_at_once_listing_the_kinds() -> None:
-    with pytest.raises(ConfigError, match=r"model\.positions='alibi'") as refused:
-        check_config(compose_config(["model.positions=alibi"]))
+    with pytest.raises(ConfigError, match=r"model\.positions='xpos'") as refused:
+        check_config(compose_config(["model.positions=xpos"]))
     assert all(kind in str(refused.value) for kind in KINDS)
-    with pytest.raises(ValueError, match=r"model\.positions='alibi'"):
-        make_model("softmax", "alibi")
+    with pytest.raises(ValueError, match=r"model\.positions='xpos'"):
+        make_model("softmax", "xpos")

@@ -3,7 +3,12 @@
 under model.positions=rope) rotates its q and k by their absolute positions once per call, at its
 family's place: softmax before the scores (softmax.py), feature maps before the map (linear.py),
 recurrences after their own q, k transforms, before the recurrence (recurrent/core.py). Causal
-calls that continue a state (initial_state, step()) rotate from the state's position on."""
+calls that continue a state (initial_state, step()) rotate from the state's position on.
+
+A core built with `score_bias=` (an object with `score_bias(queries, keys, heads, dtype)`, e.g.
+linarena.models.positions.AlibiPositions, passed under model.positions=alibi) adds that bias to
+its scores before the softmax; only the cores that compute scores take it (softmax.py,
+sliding_window.py: their class sets `takes_score_bias = True`)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,16 @@ class Rotation(Protocol):
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """q, k: (batch, heads, n, head_dim) at absolute `positions` (n,) -> rotated q, k."""
+        ...
+
+
+class ScoreBias(Protocol):
+    """What a core needs of a position kind that biases the attention scores."""
+
+    def score_bias(self, queries: Tensor, keys: Tensor, heads: int, dtype: torch.dtype
+                   ) -> Tensor:
+        """The bias of the scores of the queries at positions `queries` (n_q,) and the keys at
+        `keys` (n_k,): (heads, n_q, n_k) of `dtype`."""
         ...
 
 

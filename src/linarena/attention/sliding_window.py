@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from linarena.attention.rotation import Rotation, rotate_from
+from linarena.attention.rotation import Rotation, ScoreBias, rotate_from
 from linarena.attention.softmax import ExactAttention
 from linarena.attention.validation import (
     check_attention_inputs,
@@ -67,6 +67,10 @@ class SlidingWindowAttention(ExactAttention):
             refused: fla-core's windowed attention kernel is not wired in here.
         rotary: relative positions (linarena.attention.rotation): q and k rotated by their
             positions before the scores, as softmax does; None: none.
+        score_bias: relative positions added to the scores before the softmax (ALiBi), from
+            the distance of each query to each key of its window, so that a call continuing a
+            state (a second forward, step()) adds what the whole sequence's call adds; None:
+            none. It goes into SDPA as a float mask with -inf outside the band and on padding.
     """
 
     no_fla_kernel = ("sliding-window attention runs PyTorch's scaled_dot_product_attention "
@@ -75,8 +79,8 @@ class SlidingWindowAttention(ExactAttention):
 
     def __init__(self, head_dim: int, causal: bool = False, window: int = 64,
                  dropout: float = 0.0, backend: str = "auto",
-                 rotary: Rotation | None = None) -> None:
-        super().__init__(head_dim, causal, dropout, backend, rotary)
+                 rotary: Rotation | None = None, score_bias: ScoreBias | None = None) -> None:
+        super().__init__(head_dim, causal, dropout, backend, rotary, score_bias)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"{type(self).__name__}: window must be a positive integer, got "
                              f"{window!r}.")
@@ -196,6 +200,13 @@ class SlidingWindowAttention(ExactAttention):
         allowed = band & key_real[:, index][:, :, None, :]  # (batch, blocks, size, span)
         # A padded query sees its own (zeroed) key alone: no empty softmax row, so no NaN.
         allowed = allowed | (own & ~query_real.view(batch, blocks, size, 1))
+        attn_mask = allowed.view(batch * blocks, 1, size, span)
+        if self.score_bias is not None:
+            # Query r of a block is key slots + r of it, key s is key s: their distance is
+            # slots + r - s in every block, whatever the block's or the state's position.
+            bias = self.score_bias.score_bias(torch.arange(size, device=q.device) + slots,
+                                              torch.arange(span, device=q.device), heads, q.dtype)
+            attn_mask = bias.masked_fill(~attn_mask, -torch.inf)  # (batch * blocks, heads, ...)
 
         def per_block(t: Tensor, width: int) -> Tensor:
             """(batch, heads, blocks, width, dim) -> (batch * blocks, heads, width, dim): the
@@ -207,7 +218,7 @@ class SlidingWindowAttention(ExactAttention):
         out = F.scaled_dot_product_attention(
             per_block(q, size), per_block(keys[:, :, index], span),
             per_block(values[:, :, index], span),
-            attn_mask=allowed.view(batch * blocks, 1, size, span),
+            attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0)
         # d_v, not -1: an empty batch has no size to infer.
         out = out.view(batch, blocks, heads, size, d_v).transpose(1, 2).flatten(2, 3)

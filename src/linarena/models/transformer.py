@@ -8,12 +8,13 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.layers import build_attention
+from linarena.attention.layers.base import attention_target, build_attention, takes_score_bias
 from linarena.attention.validation import check_mask_dtype
 from linarena.errors import ConfigError
 from linarena.models.blocks import LAYER_NORM_EPS, TransformerBlock
 from linarena.models.embedding import TokenPositionEmbedding
 from linarena.models.heads import ClassifierHead, PairHead
+from linarena.models.positions import check_takes_score_bias
 
 HEAD_KINDS = ("sequence", "pair", "token")
 POOLINGS = ("cls", "mean", "first")
@@ -36,7 +37,9 @@ class TransformerClassifier(nn.Module):
         attention: builds each block's attention (layers.build_attention): a core on the
             block's q, k, v (attention(head_dim=..., causal=...)) or a whole layer
             (linarena.attention.layers, attention(causal=...)), plus rotary=<the positions
-            object> when the positions kind rotates q and k. A sequence of such factories makes
+            object> when the positions kind rotates q and k, or score_bias=<it> when it biases
+            the scores (refused, ScoreBiasRefusedError, for an attention that computes no
+            scores: every one of a hybrid stack must). A sequence of such factories makes
             a hybrid stack (model.pattern): one per block, or a shorter pattern repeated
             (repeat_pattern).
         d_model, num_heads, num_layers, mlp_dim, dropout: Transformer sizes.
@@ -48,7 +51,8 @@ class TransformerClassifier(nn.Module):
             encoder); unused for head_kind "token".
         positions: a kind of linarena.models.positions.POSITIONS: "none", "sinusoidal" or
             "learned" (added to the embedding), "rope" (q and k rotated in every attention
-            layer, each family at its own place: see linarena.attention.rotation).
+            layer, each family at its own place: see linarena.attention.rotation), "alibi" (a
+            bias on the scores of softmax and sliding-window attention).
         causal: position i attends to positions <= i only (needs mean pooling or head "token").
         pair_head: for head_kind "pair": "lra" ([u, v], two hidden layers) or "nli"
             ([u, v, u*v, u-v], one hidden layer).
@@ -87,18 +91,23 @@ class TransformerClassifier(nn.Module):
             vocab_size, d_model, max_length, positions, dropout, cls=self.uses_cls
         )
         head_dim = qkv_dim // num_heads
-        # One positions object, applied once: by the embedding, or (rope) by every attention
-        # core, which gets it here; the cores share it (a rotating kind holds no parameters).
-        rotary = self.embedding.positions if self.embedding.positions.rotates else None
+        # One positions object, applied once: by the embedding, or (rope, alibi) by every
+        # attention, which gets it here; they share it (a relative kind holds no parameters).
+        made = self.embedding.positions
+        rotary = made if made.rotates else None
+        score_bias = made if made.biases else None
         factories = (repeat_pattern(attention, num_layers) if isinstance(attention, Sequence)
                      else [attention] * num_layers)
+        for factory in factories:  # before any block is built: the first refusal is the message
+            check_takes_score_bias(positions, takes_score_bias(factory),
+                                   getattr(attention_target(factory), "__name__", "this attention"))
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model,
                 num_heads,
                 mlp_dim,
                 dropout,
-                build_attention(factory, head_dim, causal, rotary),
+                build_attention(factory, head_dim, causal, rotary, score_bias),
                 qkv_dim,
                 short_conv,
             )

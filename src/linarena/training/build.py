@@ -35,8 +35,9 @@ ATTENTION_ARGS = ("head_dim", "causal")  # per layer, from the model (Transforme
 TRAINER_ARGS = ("callbacks", "logger", "precision", "plugins")
 INJECTED = {
     "model": {*DATAMODULE_ARGS, "attention"},
-    # rotary: the positions object, passed by the model under model.positions=rope.
-    "attention": {*ATTENTION_ARGS, "rotary"},
+    # rotary, score_bias: the positions object, passed by the model under model.positions=rope
+    # and alibi.
+    "attention": {*ATTENTION_ARGS, "rotary", "score_bias"},
     "trainer": set(TRAINER_ARGS),
 }
 # Keys of a group's config that this module reads itself and does not pass to its _target_

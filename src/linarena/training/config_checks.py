@@ -14,8 +14,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from linarena.attention import LinearAttention
 from linarena.attention.layers import build_attention
+from linarena.attention.layers.base import takes_score_bias
 from linarena.errors import ConfigError
-from linarena.models.positions import check_positions_kind
+from linarena.models.positions import check_positions_kind, check_takes_score_bias
 from linarena.models.transformer import repeat_pattern
 from linarena.training.build import BUILD_KEYS, INJECTED, pattern_attentions
 
@@ -231,8 +232,10 @@ def check_attention_builds(cfg: DictConfig) -> None:
     """Build one attention layer as the model will (one per model.pattern entry for a hybrid
     stack, whose names and length are checked first) and ask it whether it can take sequences
     of data.max_length tokens, so that the constructors' own checks (e.g. causal cosFormer's
-    max_length) fail now, before any data is prepared, and are written once. Runs before the
-    run's seed is set: a random draw here changes no result."""
+    max_length) fail now, before any data is prepared, and are written once. A model.positions
+    that biases the scores (alibi) is refused here, naming the attention or pattern entry, unless
+    each one computes scores. Runs before the run's seed is set: a random draw here changes no
+    result."""
     model = cfg.model
     entries = pattern_attentions(cfg)
     if entries is not None:
@@ -245,6 +248,9 @@ def check_attention_builds(cfg: DictConfig) -> None:
     for group, attention in groups:
         if group != "attention":  # check_config checked the group's own keys
             check_keys(attention, group, kind="attention")
+        if "positions" in model and (entries is None or group != "attention"):
+            check_takes_score_bias(model.positions, takes_score_bias(target_of(attention, group)),
+                                   attention_label(cfg, group, attention))
         for key, node in attention.items():  # nested objects (a feature map): keys too
             if isinstance(node, DictConfig) and "_target_" in node:
                 check_keys(node, f"{group}.{key}")
@@ -258,6 +264,15 @@ def check_attention_builds(cfg: DictConfig) -> None:
         except Exception as err:
             cause = err.__cause__ or err
             raise ConfigError(f"{group} ({attention._target_}): {cause}") from err
+
+
+def attention_label(cfg: DictConfig, group: str, attention: DictConfig) -> str:
+    """How a message names an attention: attention=<its conf/attention/ name> (in a Hydra job,
+    else its _target_), or model.pattern entry <name>."""
+    if group != "attention":
+        return f"model.pattern entry {group.removeprefix('model.pattern.')}"
+    name = OmegaConf.select(cfg, "attention_name", throw_on_resolution_failure=False)
+    return f"attention={name or attention._target_}"
 
 
 def check_validation_runs(trainer: DictConfig) -> None:

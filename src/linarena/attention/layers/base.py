@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from linarena.attention.backends import check_backend, fla_installed
 from linarena.attention.ops import fla
-from linarena.attention.rotation import Rotation
+from linarena.attention.rotation import Rotation, ScoreBias
 from linarena.attention.validation import check_state_kind
 
 
@@ -137,15 +137,32 @@ class AttentionLayer(nn.Module):
         return f"{type(self).__name__}(d_model={self.d_model}, num_heads={self.num_heads})"
 
 
-def build_attention(factory: Callable[..., nn.Module], head_dim: int, causal: bool,
-                    rotary: Rotation | None = None) -> nn.Module:
-    """One attention of a model from the factory an attention config builds (`_partial_`): a
-    core gets the model's head_dim, a layer (AttentionLayer) sizes itself from its own config;
-    `rotary` is passed only when given (model.positions=rope)."""
-    positions = {} if rotary is None else {"rotary": rotary}
+def attention_target(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    """The class (or function) an attention factory (`_partial_`) calls."""
     target = factory
     while hasattr(target, "func"):  # a partial of a partial (e.g. a benchmark's backend=)
         target = target.func
+    return target
+
+
+def takes_score_bias(factory: Callable[..., nn.Module]) -> bool:
+    """Whether the attention a factory builds adds a bias to its scores (score_bias=): only a
+    core that computes them (softmax, sliding window) says so; no feature map, recurrence or
+    whole layer has a score matrix."""
+    return bool(getattr(attention_target(factory), "takes_score_bias", False))
+
+
+def build_attention(factory: Callable[..., nn.Module], head_dim: int, causal: bool,
+                    rotary: Rotation | None = None, score_bias: ScoreBias | None = None
+                    ) -> nn.Module:
+    """One attention of a model from the factory an attention config builds (`_partial_`): a
+    core gets the model's head_dim, a layer (AttentionLayer) sizes itself from its own config;
+    `rotary` (model.positions=rope) and `score_bias` (model.positions=alibi, only for an
+    attention that takes_score_bias) are passed only when given."""
+    positions = {} if rotary is None else {"rotary": rotary}
+    if score_bias is not None:
+        positions["score_bias"] = score_bias
+    target = attention_target(factory)
     if isinstance(target, type) and issubclass(target, AttentionLayer):
         return factory(causal=causal, **positions)
     return factory(head_dim=head_dim, causal=causal, **positions)
