@@ -34,7 +34,9 @@ BENCHMARK_GROUP = "benchmark"
 BENCH_LENGTH, BENCH_MEMORY, BENCH_MS = "bench/length", "bench/peak_memory_mb", "bench/ms"
 
 
-def _workspaces() -> tuple[Any, Any]:
+def workspaces() -> tuple[Any, Any]:
+    """The wandb_workspaces modules (workspaces, reports.v2); SystemExit with how to install
+    them when absent."""
     try:
         import wandb_workspaces.reports.v2 as wr
         import wandb_workspaces.workspaces as ws
@@ -46,7 +48,7 @@ def _workspaces() -> tuple[Any, Any]:
 
 def task_view(entity: str, project: str, task: str) -> Any:
     """The saved view of one task (a wandb_workspaces Workspace, not yet saved)."""
-    ws, wr = _workspaces()
+    ws, wr = workspaces()
     accuracy, throughput, memory = TEST_ACC.key, TOKENS_PER_SEC.key, PEAK_MEMORY_MB.key
     attention = wr.Config("attention")
     panels = [
@@ -77,7 +79,7 @@ def task_view(entity: str, project: str, task: str) -> Any:
 
 def benchmark_view(entity: str, project: str) -> Any:
     """The saved view of the benchmark runs: memory and time against sequence length."""
-    ws, wr = _workspaces()
+    ws, wr = workspaces()
     attention = wr.Config("attention")
     panels = [
         wr.LinePlot(title="peak memory vs sequence length", x=BENCH_LENGTH, y=[BENCH_MEMORY],
