@@ -59,7 +59,8 @@ DEFAULT_THREADS = (1, 2)
 PARTS = ("data", "forward", "backward", "optimizer", "metrics_logging")
 WHOLE, OVERHEAD = "whole_step", "loop_overhead"
 # ms: median milliseconds per step (start-up rows: milliseconds once); share: of whole_step
-# (start-up rows: of their total); steps: how many steps the median is over.
+# (start-up rows: of the wall time of `python train.py --help`); steps: how many steps the
+# median is over (start-up: runs).
 COLUMNS = ("attention", "d_model", "threads", "part", "ms", "share", "steps")
 STARTUP = "startup"
 
