@@ -25,9 +25,7 @@ import pandas as pd
 
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line
 from linarena.analysis.result_files import read_csv_checked
-from linarena.metrics import TEST_ACC
-from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
-from linarena.studies.statistics import (
+from linarena.analysis.statistics import (
     ALPHA,
     RECALL_TASKS,
     SUCCESS_THRESHOLD,
@@ -36,6 +34,8 @@ from linarena.studies.statistics import (
     permutation_p_value,
     smallest_p,
 )
+from linarena.metrics import TEST_ACC
+from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
 from linarena.studies.study import write_report
 
 

@@ -24,9 +24,9 @@ import pandas as pd
 
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line, stale_mark
 from linarena.analysis.result_files import read_csv_checked
+from linarena.analysis.statistics import ALPHA
 from linarena.studies.cli import STUDY_ERRORS, fail
 from linarena.studies.point_pairs import POINT_COLUMNS, one_coordinate_pairs
-from linarena.studies.statistics import ALPHA
 from linarena.studies.study import write_report
 
 # point table -> its coordinates (the mixture's test setting: "L<length> P<pairs>").

@@ -17,7 +17,7 @@ from PIL import Image
 
 from linarena.analysis.compare import main
 from linarena.analysis.runs import record_from_wandb_run, wandb_filters
-from linarena.studies.statistics import wilson_interval
+from linarena.analysis.statistics import wilson_interval
 
 # (task, attention) -> per-seed (test/acc, tokens/s, peak MB); params fixed per attention.
 RUNS = {

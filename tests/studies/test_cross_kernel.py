@@ -13,6 +13,7 @@ import pytest
 from helpers.mqar import LR_ON_SEED_1, PRESET, fake_run
 from helpers.paths import load_script
 
+from linarena.analysis.statistics import wilson_interval
 from linarena.studies import cross_kernel, study
 from linarena.studies.cross_kernel import (
     KERNEL_PATHS,
@@ -24,7 +25,6 @@ from linarena.studies.cross_kernel import (
 )
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import RUN_COLUMNS
-from linarena.studies.statistics import wilson_interval
 from linarena.studies.study import StudyPoint
 from linarena.system import cpu_model
 

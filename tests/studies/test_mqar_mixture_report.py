@@ -16,10 +16,10 @@ from omegaconf import OmegaConf
 
 from linarena.analysis.provenance import load
 from linarena.analysis.results_tables import STAGES, TABLES, render
+from linarena.analysis.statistics import wilson_interval
 from linarena.attention.variants import label, variant_names
 from linarena.studies.mixture import load_runs, summarize
 from linarena.studies.mixture_report import accuracy_table, caption, short_conv_text
-from linarena.studies.statistics import wilson_interval
 from linarena.training.run import train
 
 PRESET = "mqar_mixture_cpu"

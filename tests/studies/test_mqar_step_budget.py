@@ -11,8 +11,8 @@ import pytest
 from helpers.mqar import LR_ON_SEED_1, fake_run
 from helpers.paths import load_script
 
+from linarena.analysis.statistics import wilson_interval
 from linarena.studies.runs import load_study
-from linarena.studies.statistics import wilson_interval
 from linarena.studies.step_budget import chosen_points, compare, plan, plan_tail
 from linarena.studies.study import StudyPoint
 

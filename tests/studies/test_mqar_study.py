@@ -16,6 +16,7 @@ from helpers.training import compose_config
 from omegaconf import OmegaConf
 from PIL import Image
 
+from linarena.analysis.statistics import wilson_interval
 from linarena.studies.preset import load_grid, preset_protocol
 from linarena.studies.runs import (
     DECODER_SIZES,
@@ -36,7 +37,6 @@ from linarena.studies.state_size import (
 )
 from linarena.studies.state_size_plot import state_size_figure
 from linarena.studies.state_size_report import summarize, unfinished
-from linarena.studies.statistics import wilson_interval
 from linarena.studies.study import Progress, StudyPoint, missing, run_point
 from linarena.system import machine
 from linarena.training.build import build_model

@@ -10,8 +10,8 @@ import pytest
 from helpers.paths import load_script
 
 from linarena.analysis.provenance import load, mark_stale, record
+from linarena.analysis.statistics import wilson_interval
 from linarena.studies.point_pairs import one_coordinate_pairs
-from linarena.studies.statistics import wilson_interval
 
 
 def point(attention: str, d_model: int, conv: int, k: int, n: int) -> dict:

@@ -63,7 +63,7 @@ def short_text(text: str, width: int = 72, lines: int = 2) -> str:
     return "\n".join(wrapped)
 
 
-def _save(fig: Figure, path: Path) -> None:
+def save_figure(fig: Figure, path: Path) -> None:
     """Save the figure as a PNG atomically. Figures are made with Figure(), not pyplot: no
     backend or display is involved, and nothing is kept open."""
     write_atomic(path, lambda file: fig.savefig(file, format="png", dpi=120, bbox_inches="tight"),
@@ -126,7 +126,7 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
                title="points at 0 MB (below what the\nmeasurement resolves) are not drawn",
                title_fontsize=7)
     fig.tight_layout(rect=(0, 0, 0.78, 1))
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, path: Path,
@@ -202,7 +202,7 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
                 for number, sweep in enumerate(sweeps, start=1)]
     fig.text(0.01, 0.0, "\n".join(key), fontsize=7, va="top", ha="left")
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _settings(sweep: str) -> str:

@@ -17,8 +17,8 @@ from linarena.analysis.bench_runner import READ_COLUMNS
 from linarena.analysis.order import attention_label as label
 from linarena.analysis.provenance import load
 from linarena.analysis.result_files import read_csv_checked
+from linarena.analysis.statistics import RECALL_TASKS
 from linarena.studies.runs import NUMERIC_COLUMNS, RUN_COLUMNS
-from linarena.studies.statistics import RECALL_TASKS
 
 # Columns of the attention benchmark that are not conf/attention/ variants.
 REFERENCE_LABELS = {"einsum_elu": "einsum elu+1", "performer_pytorch": "performer-pytorch"}

@@ -29,9 +29,9 @@ from linarena.analysis.results_points import (
     model_csv,
     training_csv,
 )
+from linarena.analysis.statistics import RECALL_TASKS, SUCCESS_THRESHOLD
 from linarena.attention.variants import label
 from linarena.files import write_text_atomic
-from linarena.studies.statistics import RECALL_TASKS, SUCCESS_THRESHOLD
 
 ERROR_LABELS = {"performer": "linarena", "performer_pytorch": "performer-pytorch",
                 "performer_pytorch_eps0": "performer-pytorch, eps=0",

@@ -10,8 +10,8 @@ import pandas as pd
 
 from linarena.analysis.order import attention_label, attention_sort_key, task_sort_key
 from linarena.analysis.runs import RunRecord
+from linarena.analysis.statistics import STATISTICS_COLUMNS, point_statistics
 from linarena.metrics import TEST_ACC, compared_metrics
-from linarena.studies.statistics import STATISTICS_COLUMNS, point_statistics
 
 PUBLISHED_HEADER = "published (LRA paper), not measured here"
 LRA_SOURCE = "LRA paper (Tay et al. 2021), Table 1"
@@ -61,7 +61,7 @@ def aggregate_runs(records: Iterable[RunRecord], published: bool = False) -> pd.
     (runs without a finite test accuracy, left out of the means), ``<name>_mean`` / ``<name>_std``
     per compared metric (in table units, e.g. accuracy in percent) and ``duration_s_median`` (the
     median time a run took; NaN where the runs do not say), then the STATISTICS_COLUMNS of the
-    test accuracy over seeds (studies.statistics: seeds at 90%, the rate's Wilson interval, the
+    test accuracy over seeds (analysis.statistics: seeds at 90%, the rate's Wilson interval, the
     median and range, as fractions). positions and max_steps are NaN for runs whose summary does
     not give them.
 

@@ -42,14 +42,14 @@ from typing import Any
 import pandas as pd
 
 from linarena.analysis.result_files import read_csv_checked
-from linarena.studies.runs import GROUP, load_study
-from linarena.studies.state_size import choose_lr, lr_basis
-from linarena.studies.statistics import (
+from linarena.analysis.statistics import (
     ALPHA,
     SUCCESS_THRESHOLD,
     fisher_exact,
     point_statistics,
 )
+from linarena.studies.runs import GROUP, load_study
+from linarena.studies.state_size import choose_lr, lr_basis
 from linarena.studies.study import TRAIN_PY, StudyPoint, Task, group_tasks, pending, run_tasks
 from linarena.system import REPO_ROOT, cpu_model
 from linarena.training.summary import SUMMARY_FILE

@@ -28,9 +28,9 @@ import pandas as pd
 
 from linarena.analysis.order import attention_label, attention_sort_key
 from linarena.analysis.runs import parse_summary_file, schema_version
+from linarena.analysis.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.metrics import TEST_ACC_PER_SETTING
 from linarena.studies.runs import train_command
-from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.training.summary import SUMMARY_FILE
 
 RUN_COLUMNS = ("attention", "label", "positions", "short_conv", "seed", "length", "pairs", "acc",

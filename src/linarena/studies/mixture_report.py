@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 
 from linarena.analysis.order import attention_label
+from linarena.analysis.statistics import SUCCESS_THRESHOLD
 from linarena.studies.mixture import BEYOND, get, wanted_seeds
-from linarena.studies.statistics import SUCCESS_THRESHOLD
 
 
 def setting_header(length: int, pairs: int, beyond: bool) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from linarena.studies.statistics import (
+from linarena.analysis.statistics import (
     ALPHA,
     fisher_exact,
     holm,

@@ -23,8 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from linarena.analysis.statistics import ALPHA, fisher_exact, wilson_interval
 from linarena.attention.variants import is_layer, is_linear, is_recurrence
-from linarena.studies.statistics import ALPHA, fisher_exact, wilson_interval
 
 # The layers of prediction 1 and the core each one extends (Based: Taylor linear attention).
 LAYER_CORES = {"gla_layer": "gla", "retnet_layer": "retnet", "mamba2_layer": "mamba2",

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from linarena.analysis.runs import RunRecord
+from linarena.analysis.statistics import SUCCESS_THRESHOLD
 from linarena.metrics import TEST_ACC
-from linarena.studies.statistics import SUCCESS_THRESHOLD
 from linarena.studies.study import SettingsPoint, Task, pending, run_tasks, train_commands
 from linarena.training.summary import read_summary
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import pandas as pd
 
+from linarena.analysis.statistics import SUCCESS_THRESHOLD
 from linarena.attention.variants import check_variant_names, owns_short_conv, variant_names
 from linarena.studies.preset import load_grid
 from linarena.studies.runs import GROUP, study_runs
-from linarena.studies.statistics import SUCCESS_THRESHOLD
 from linarena.studies.study import StudyPoint, Task, group_tasks, pending, run_tasks
 from linarena.training.summary import SUMMARY_FILE
 

@@ -16,14 +16,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from linarena.analysis.plots import _save, attention_colors
+from linarena.analysis.plots import attention_colors, save_figure
 from linarena.attention.variants import variant_names
 
 
 def plot_state_size(summary: pd.DataFrame, runs: pd.DataFrame, path: Path,
                     title: str = "") -> None:
     """state_size_figure, saved to `path`."""
-    _save(state_size_figure(summary, runs, title), path)
+    save_figure(state_size_figure(summary, runs, title), path)
 
 
 def state_size_figure(summary: pd.DataFrame, runs: pd.DataFrame, title: str = "") -> Figure:

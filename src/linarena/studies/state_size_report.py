@@ -8,11 +8,11 @@ from typing import Any
 
 import pandas as pd
 
+from linarena.analysis.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.attention.patterns import pattern_label
 from linarena.attention.variants import owns_short_conv, variant_names
 from linarena.studies.runs import GROUP
 from linarena.studies.state_size import choose_lr, lr_basis, trains_at
-from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 
 
 def lr_rule(grid: dict[str, Any]) -> str:

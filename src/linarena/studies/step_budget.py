@@ -30,9 +30,9 @@ from typing import Any
 
 import pandas as pd
 
+from linarena.analysis.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.studies.runs import GROUP, load_study
 from linarena.studies.state_size import choose_lr, lr_basis
-from linarena.studies.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.studies.study import StudyPoint, Task, group_tasks, train_commands
 from linarena.training.summary import SUMMARY_FILE
 

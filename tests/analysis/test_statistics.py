@@ -1,4 +1,4 @@
-"""The statistics every study reports per point (linarena.studies.statistics, issue #26): success
+"""The statistics every study reports per point (linarena.analysis.statistics, issue #26): success
 rates with 95% Wilson intervals, Fisher's exact test, the median and range of test accuracy."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers.paths import load_script
 
-from linarena.studies.statistics import (
+from linarena.analysis.statistics import (
     STATISTICS_COLUMNS,
     fisher_exact,
     holm,

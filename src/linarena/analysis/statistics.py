@@ -5,6 +5,9 @@ A seed succeeds when its test accuracy reaches SUCCESS_THRESHOLD. A diverged see
 NaN) counts among the n seeds, never among the successes, and is left out of the median, min
 and max. With few seeds a rate says little: 3 of 3 is compatible with a true rate of 0.44
 (Wilson, 95%), which is why every point table carries the interval beside the rate.
+
+It lives in analysis (the lower layer), not studies: compare.py's tables (analysis.table) and
+the README's tables use it as the studies do.
 """
 
 from __future__ import annotations
