@@ -6,7 +6,7 @@
 
 Run it only after the results that depend on a changed case were rerun or marked stale
 (tests/training/test_golden_runs.py names them): the pinned losses say which code the published
-numbers came from. Cases: linarena.analysis.golden.published_cases, over the attentions each
+numbers came from. Cases: linarena.reports.golden.published_cases, over the attentions each
 published result holds (its CSV in docs/results/), so a rerun that adds attentions adds theirs
 (tests/training/test_golden_runs.py fails until they are pinned). `--missing-only` computes
 only those and keeps every pinned value as it is, so adding cases on another CPU re-pins nothing;
@@ -23,7 +23,9 @@ import time
 import warnings
 from pathlib import Path
 
-from linarena.analysis.golden import (
+from linarena.analysis.provenance import environment
+from linarena.files import write_text_atomic
+from linarena.reports.golden import (
     BATCH,
     GOLDEN_FILE,
     SEED,
@@ -33,8 +35,6 @@ from linarena.analysis.golden import (
     published_cases,
     run_case,
 )
-from linarena.analysis.provenance import environment
-from linarena.files import write_text_atomic
 from linarena.system import machine
 
 # The golden tolerance, relative to each value (tests/training/test_golden_runs.py reads it from the

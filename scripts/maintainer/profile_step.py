@@ -1,6 +1,6 @@
 """Where the time of one MQAR-study training step goes: the whole Lightning step and its parts
 (data, forward, backward, optimizer, metrics/logging, loop overhead), per attention, width and
-thread count, plus process start-up (linarena.analysis.step_profile says what each part is).
+thread count, plus process start-up (linarena.studies.step_profile says what each part is).
 
 Writes <out>/step_profile.csv (attention, d_model, threads, part, ms, share, steps) with its
 provenance record and prints a table. On a shared machine the numbers are noisy.
@@ -21,7 +21,7 @@ from pathlib import Path
 from linarena.analysis.bench_args import OUTPUT_DIR, check_out, non_negative_int, positive_int
 from linarena.analysis.bench_runner import write_csv_atomic
 from linarena.analysis.provenance import command_line, record
-from linarena.analysis.step_profile import (
+from linarena.studies.step_profile import (
     COLUMNS,
     DEFAULT_ATTENTIONS,
     DEFAULT_THREADS,

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from linarena.analysis.provenance import PUBLISHED_DIR, REPO_ROOT
-from linarena.analysis.results_tables import write_tables
 from linarena.errors import LinarenaError
+from linarena.reports.results_tables import write_tables
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ import pandas as pd
 from helpers.paths import load_script
 
 from linarena.analysis.provenance import load
-from linarena.analysis.results_tables import render
+from linarena.reports.results_tables import render
 
 
 def test_the_default_run_is_timed_from_nothing_and_published_with_its_provenance(

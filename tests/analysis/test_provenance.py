@@ -25,7 +25,7 @@ from linarena.analysis.provenance import (
     trained_by,
     unrecorded,
 )
-from linarena.analysis.results_tables import write_tables
+from linarena.reports.results_tables import write_tables
 from linarena.system import code_version
 
 

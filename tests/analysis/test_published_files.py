@@ -13,8 +13,8 @@ from helpers.paths import REPO_ROOT, load_script
 
 from linarena.analysis.provenance import PUBLISHED_DIR, load, record
 from linarena.analysis.result_files import ResultFileError, read_csv_checked
-from linarena.analysis.results_tables import write_tables
 from linarena.errors import LinarenaError
+from linarena.reports.results_tables import write_tables
 from linarena.studies.runs import RUN_COLUMNS, load_archive
 
 BENCH = "benchmark_attention.csv"

@@ -20,7 +20,7 @@ from helpers.training import compose_config
 from linarena.analysis.attention_benchmark import parse_args as attention_parse_args
 from linarena.analysis.provenance import PUBLISHED_DIR, load
 from linarena.analysis.results_captions import shown_command
-from linarena.analysis.results_tables import TABLES, render
+from linarena.reports.results_tables import TABLES, render
 
 CAPTION = re.compile(r"^<sub>.*</sub>$", re.MULTILINE)
 

@@ -15,9 +15,9 @@ from helpers.training import compose_config
 from omegaconf import OmegaConf
 
 from linarena.analysis.provenance import load
-from linarena.analysis.results_tables import STAGES, TABLES, render
 from linarena.analysis.statistics import wilson_interval
 from linarena.attention.variants import label, variant_names
+from linarena.reports.results_tables import STAGES, TABLES, render
 from linarena.studies.mixture import load_runs, summarize
 from linarena.studies.mixture_report import accuracy_table, caption, short_conv_text
 from linarena.training.run import train

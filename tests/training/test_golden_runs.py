@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 from helpers.paths import load_script
 
-from linarena.analysis import golden
-from linarena.analysis.golden import (
+from linarena.reports import golden
+from linarena.reports.golden import (
     BATCH,
     GOLDEN_FILE,
     SEED,

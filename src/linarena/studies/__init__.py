@@ -2,6 +2,8 @@
 report with success rates and intervals.
 
 study.py runs and reports any study (to-do list, resume-from CSV, provenance); preset.py reads a
-study preset's grid and protocol; runs.py reads the runs back; statistics.py holds the per-point
-statistics. state_size.py, step_budget.py and mixture.py declare the three MQAR studies.
+study preset's grid and protocol; runs.py reads the runs back (their summary.json through
+linarena.analysis.runs); the per-point statistics are linarena.analysis.statistics.
+state_size.py, step_budget.py and mixture.py declare the three MQAR studies. studies imports
+linarena.analysis, never linarena.reports (tests/analysis/test_layering.py).
 """

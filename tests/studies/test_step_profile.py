@@ -1,4 +1,4 @@
-"""scripts/maintainer/profile_step.py and linarena.analysis.step_profile: the parts of a study
+"""scripts/maintainer/profile_step.py and linarena.studies.step_profile: the parts of a study
 run's training step (data, forward, backward, optimizer, metrics/logging) and the loop overhead
 add up to the whole Lightning step; the CSV has its columns and a provenance record."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from helpers.paths import load_script
 
-from linarena.analysis.step_profile import (
+from linarena.studies.step_profile import (
     COLUMNS,
     OVERHEAD,
     PARTS,

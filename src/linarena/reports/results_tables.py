@@ -5,7 +5,7 @@ Each table sits in README.md between `<!-- results:<name> -->` and `<!-- /result
 preceded by a short caption (command, commit, machine, date: linarena.analysis.results_captions)
 and, when a source file is marked stale in provenance.json, a stale mark with the commit and the
 reason; followed by the command of one run that reproduces one published point
-(linarena.analysis.results_points). A table whose source files are not there yet (a study not
+(linarena.reports.results_points). A table whose source files are not there yet (a study not
 run) is one line saying so and what makes them. Every CSV is read whole or refused
 (linarena.analysis.result_files): a damaged source stops the update before README.md changes.
 """
@@ -21,7 +21,10 @@ import pandas as pd
 from linarena.analysis.provenance import PUBLISHED_DIR, load
 from linarena.analysis.result_files import read_csv_checked
 from linarena.analysis.results_captions import caption_lines
-from linarena.analysis.results_points import (
+from linarena.analysis.statistics import RECALL_TASKS, SUCCESS_THRESHOLD
+from linarena.attention.variants import label
+from linarena.files import write_text_atomic
+from linarena.reports.results_points import (
     POINTS,
     REFERENCE_LABELS,
     attention_csv,
@@ -29,9 +32,6 @@ from linarena.analysis.results_points import (
     model_csv,
     training_csv,
 )
-from linarena.analysis.statistics import RECALL_TASKS, SUCCESS_THRESHOLD
-from linarena.attention.variants import label
-from linarena.files import write_text_atomic
 
 ERROR_LABELS = {"performer": "linarena", "performer_pytorch": "performer-pytorch",
                 "performer_pytorch_eps0": "performer-pytorch, eps=0",

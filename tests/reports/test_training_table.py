@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from linarena.analysis.results_tables import training_table
+from linarena.reports.results_tables import training_table
 
 
 def test_recall_rows_give_the_rate_its_interval_and_the_median(tmp_path: Path) -> None:
