@@ -12,6 +12,8 @@ model (linarena.models.blocks.TransformerBlock) uses a layer as it is built.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,9 +21,19 @@ import torch
 from torch import Tensor, nn
 
 from linarena.attention.backends import check_backend, fla_installed
-from linarena.attention.ops import fla
+from linarena.attention.kernels import LinearAttentionState
+from linarena.attention.kernels.common import lowest
+from linarena.attention.ops import delta_rule, fla, gated_linear_attention
+from linarena.attention.ops.common import compute_dtype
+from linarena.attention.recurrent.core import linear
 from linarena.attention.rotation import Rotation, ScoreBias
-from linarena.attention.validation import check_state_kind
+from linarena.attention.sliding_window import WindowState
+from linarena.attention.validation import (
+    check_right_padded,
+    check_state,
+    check_state_kind,
+    zero_padding,
+)
 
 
 @dataclass
@@ -38,10 +50,28 @@ class LayerState:
 class AttentionLayer(nn.Module):
     """x (batch, n, d_model) -> (batch, n, d_model), with a bool mask (batch, n), True = real.
 
-    Subclasses implement `forward` (with `initial_state` / `return_state` in causal mode, so
-    that `step` is forward on one token) and `state_size`. Padded tokens must reach no real
-    output and no gradient: zero them (validation.zero_padding) before every mixing step,
-    convolutions included.
+    The seam: a subclass declares its parts, the base runs them (`forward`, `step`).
+
+        project(x, call) -> parts: a dict of the recurrence's inputs, q, k, v (batch, heads, n,
+            dim) and where the op takes them log_gate, beta, scale, plus anything `output`
+            needs. x: the input with its padded tokens zeroed.
+        recurrence: "gated" (ops.gated_linear_attention) or "delta" (ops.delta_rule), the op
+            the default `mix` runs on the parts, carrying the state "recurrent"; a layer of
+            other parts (Based) overrides `mix` and runs call.kernel_sums / call.window.
+        output(o, parts, call) -> (batch, n, d_model): its norm, gate and out projection.
+        state_shapes(batch): each carried tensor's sizes, named; state_size follows.
+
+    The base checks x, mask and state (check_call: the layer kind that made the state, each
+    tensor's shape and dtype), zeroes padded tokens before the projections and, in
+    call.conv, before every convolution, picks the backend (fla's kernels or torch) and casts
+    the recurrence's inputs for it, runs the op causal or bidirectional, carries each named
+    state tensor in and out of LayerState, and returns the output in x's dtype.
+
+    Dtypes (full_precision, the default): project, mix and output run with autocast off in
+    call.dtype (float64 for float64 inputs, else float32); call.linear runs a projection in the
+    caller's dtype and autocast, as the block's projections would (GLA, RetNet, Mamba-2), plain
+    linear in call.dtype (DeltaNet). full_precision False (Based): everything in the caller's
+    dtype and autocast, its parts choosing theirs.
 
     Class attributes:
         linear_in_length: cost linear in the length (a recurrence, a window); False: quadratic.
@@ -61,6 +91,8 @@ class AttentionLayer(nn.Module):
     linear_in_length = True
     own_short_conv = False
     fla_kernel = False
+    full_precision = True
+    recurrence = "gated"
 
     def __init__(self, d_model: int, num_heads: int, causal: bool, backend: str = "auto",
                  rotary: Rotation | None = None) -> None:
@@ -80,19 +112,51 @@ class AttentionLayer(nn.Module):
         # backend="auto": whether a call may run fla's kernels (its device and dtype then say).
         self._auto_fla = backend == "auto" and causal and fla_installed()
 
-    def runs_fla(self, dtype: torch.dtype, device: torch.device, *, delta: bool) -> bool:
-        """Whether a forward call whose recurrence inputs are of `dtype` (the projections'
-        output: the autocast dtype in a mixed-precision run) on `device` runs fla's kernels
-        (fla.runs_fla, the rule of the cores too)."""
-        return fla.runs_fla(type(self).__name__, self.backend, self._auto_fla, dtype, device,
-                            delta=delta)
+    # What a subclass declares.
+
+    def project(self, x: Tensor, call: LayerCall) -> dict:
+        """x (batch, n, d_model), padded tokens zeroed -> the parts (see the class docstring)."""
+        raise NotImplementedError
+
+    def mix(self, parts: dict, call: LayerCall):
+        """The token mixing: the declared recurrence on the parts (batch, heads, n, v_dim)."""
+        inputs = {key: parts[key] for key in ("log_gate", "beta", "scale") if key in parts}
+        return call.recurrence(self.recurrence, parts["q"], parts["k"], parts["v"], **inputs)
+
+    def output(self, o, parts: dict, call: LayerCall) -> Tensor:
+        """mix's result -> (batch, n, d_model)."""
+        raise NotImplementedError
+
+    def state_shapes(self, batch: int) -> dict[str, dict[str, int]]:
+        """Each carried tensor's name -> its sizes by name (batch first)."""
+        raise NotImplementedError
+
+    def state_size(self, length: int) -> int:
+        """Numbers the layer keeps per sequence to decode the next token after `length` tokens
+        (all heads): a recurrence's states and its convolutions' last inputs; a window's keys
+        and values. By default those of state_shapes, whatever the length."""
+        return sum(math.prod(list(sizes.values())[1:]) for sizes in self.state_shapes(1).values())
+
+    # What the base does.
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *,
                 initial_state: LayerState | None = None, return_state: bool = False
                 ) -> Tensor | tuple[Tensor, LayerState]:
-        """x: (batch, n, d_model); mask: bool (batch, n). Causal mode only: initial_state
-        continues a sequence, return_state also returns the state after these tokens."""
-        raise NotImplementedError
+        """x: (batch, n, d_model); mask: bool (batch, n), True = real. Causal mode only:
+        initial_state continues a sequence, return_state also returns the state after these
+        tokens (that of each row's real tokens: right padding)."""
+        self.check_call(x, mask, initial_state, return_state)
+        call = LayerCall(self, x, mask, initial_state, return_state)
+        padded = zero_padding(x, mask)
+        with (torch.autocast(device_type=x.device.type, enabled=False) if self.full_precision
+              else contextlib.nullcontext()):
+            parts = self.project(padded, call)
+            out = self.output(self.mix(parts, call), parts, call)
+        if self.full_precision:
+            out = out.to(x.dtype)
+        if not return_state:
+            return out
+        return out, LayerState(call.state, call.position + x.shape[1], self.made_by())
 
     def step(self, x: Tensor, state: LayerState | None = None) -> tuple[Tensor, LayerState]:
         """One token of causal mode: x (batch, d_model) -> (output (batch, d_model), new state),
@@ -106,11 +170,12 @@ class AttentionLayer(nn.Module):
         out, new = self.forward(x.unsqueeze(1), initial_state=state, return_state=True)
         return out[:, 0], new
 
-    def state_size(self, length: int) -> int:
-        """Numbers the layer keeps per sequence to decode the next token after `length` tokens
-        (all heads): a recurrence's states and its convolutions' last inputs; a window's keys
-        and values."""
-        raise NotImplementedError
+    def runs_fla(self, dtype: torch.dtype, device: torch.device, *, delta: bool) -> bool:
+        """Whether a forward call whose recurrence inputs are of `dtype` (the projections'
+        output: the autocast dtype in a mixed-precision run) on `device` runs fla's kernels
+        (fla.runs_fla, the rule of the cores too)."""
+        return fla.runs_fla(type(self).__name__, self.backend, self._auto_fla, dtype, device,
+                            delta=delta)
 
     def check_call(self, x: Tensor, mask: Tensor | None, initial_state: LayerState | None,
                    return_state: bool) -> None:
@@ -125,16 +190,126 @@ class AttentionLayer(nn.Module):
         if (initial_state is not None or return_state) and not self.causal:
             raise ValueError(f"{name}: initial_state and return_state are for causal mode; "
                              "build the layer with causal=True.")
-        if initial_state is not None:
-            check_state_kind(initial_state, LayerState, name)
-        if initial_state is not None and initial_state.made_by != self.made_by():
+        if initial_state is None:
+            return
+        check_state_kind(initial_state, LayerState, name)
+        if initial_state.made_by != self.made_by():
             raise ValueError(f"{name}: this state was made by {initial_state.made_by!r}, not by "
                              f"this layer ({self.made_by()!r}); a state continues only the layer "
                              "kind and sizes that made it.")
+        dtype = compute_dtype(x) if self.full_precision else None
+        for key, sizes in self.state_shapes(x.shape[0]).items():
+            tensor = initial_state.tensors[key]
+            check_state(initial_state.made_by, tensor, self.made_by(), sizes,
+                        dtype or tensor.dtype, name)
 
     def made_by(self) -> str:
         """The layer kind and sizes a state of this layer records."""
         return f"{type(self).__name__}(d_model={self.d_model}, num_heads={self.num_heads})"
+
+
+class LayerCall:
+    """One forward call as a layer's parts see it: its mask, the position of its first token,
+    its dtypes, and the state tensors carried in (`carried`) and out (`state`) by name.
+
+    Attributes:
+        mask: bool (batch, n) or None; position: tokens before this call (causal state).
+        dtype: what the parts compute in (full_precision: float32, float64 for float64 x).
+        kernel_dtype: the projections' dtype in the caller's autocast, the one fla's kernels
+            take (bf16-mixed: bfloat16).
+    """
+
+    def __init__(self, layer: AttentionLayer, x: Tensor, mask: Tensor | None,
+                 initial_state: LayerState | None, return_state: bool) -> None:
+        self.layer, self.mask, self.return_state = layer, mask, return_state
+        self.device = x.device
+        self.position = 0 if initial_state is None else initial_state.position
+        self.carried = {} if initial_state is None else initial_state.tensors
+        self.state: dict[str, Tensor] = {}
+        self.dtype = compute_dtype(x) if layer.full_precision else x.dtype
+        self.autocast_enabled = torch.is_autocast_enabled(x.device.type)
+        self.autocast_dtype = torch.get_autocast_dtype(x.device.type)
+        self.kernel_dtype = (self.autocast_dtype if self.autocast_enabled
+                             and x.dtype != torch.float64 else x.dtype)
+        layer.backend_used = "torch"
+
+    def linear(self, x: Tensor, proj: nn.Linear) -> Tensor:
+        """proj(x) in the caller's dtype and autocast (as the block's projections run)."""
+        with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype,
+                            enabled=self.autocast_enabled):
+            return linear(x, proj)
+
+    def keep(self, key: str, result):
+        """An op's (output, state) with return_state: keeps the state as `key`."""
+        if not self.return_state:
+            return result
+        out, self.state[key] = result
+        return out
+
+    def conv(self, key: str, conv: nn.Module, x: Tensor) -> Tensor:
+        """conv (layers.conv.CausalConv) on x (batch, n, channels), padding zeroed, continuing
+        from the inputs carried as `key` and carrying those of each row's real tokens."""
+        lengths = None
+        if self.mask is not None and self.return_state:  # the cache is the real tokens'
+            check_right_padded(self.mask, type(self.layer).__name__)
+            lengths = self.mask.sum(-1)
+        out, cache = conv(zero_padding(x, self.mask), self.carried.get(key), lengths)
+        if self.return_state:
+            self.state[key] = cache
+        return out
+
+    def recurrence(self, kind: str, q: Tensor, k: Tensor, v: Tensor, *,
+                   log_gate: Tensor | None = None, beta: Tensor | None = None,
+                   scale: float | None = None) -> Tensor:
+        """The gated linear recurrence ("gated") or the delta rule ("delta", with beta) on the
+        backend the layer's setting, device and kernel_dtype pick, causal or both ways, carrying
+        "recurrent"; the output in call.dtype."""
+        layer, delta = self.layer, kind == "delta"
+        use_fla = layer.runs_fla(self.kernel_dtype, self.device, delta=delta)
+        layer.backend_used = "fla" if use_fla else "torch"
+        if use_fla:  # fla's kernels take the projections' dtype, accumulate in float32
+            q, k, v = (t.to(self.kernel_dtype) for t in (q, k, v))
+            beta = None if beta is None else beta.to(self.kernel_dtype)
+        inputs = (q, k, v, beta, log_gate) if delta else (q, k, v, log_gate)
+        op = delta_rule if delta else gated_linear_attention
+        out = self.keep("recurrent", op(
+            *inputs, causal=layer.causal, scale=scale, mask=self.mask, backend=layer.backend_used,
+            initial_state=self.carried.get("recurrent"), return_state=self.return_state))
+        return out.to(self.dtype)
+
+    def kernel_sums(self, key: str, attention: nn.Module, q: Tensor, k: Tensor, v: Tensor
+                    ) -> Tensor:
+        """A LinearAttention (kernel-map sums) carrying its sums as key_kv and key_z. Its
+        stabiliser `top` is not carried: a map without log-scales leaves it at the lowest
+        float."""
+        start = None
+        if f"{key}_kv" in self.carried:
+            kv = self.carried[f"{key}_kv"]
+            top = kv.new_full(kv.shape[:2], lowest(kv.dtype))
+            start = LinearAttentionState(kv, self.carried[f"{key}_z"], top, self.position,
+                                         attention.state_key())
+        result = attention(q, k, v, self.mask, start, self.return_state)
+        if not self.return_state:
+            return result
+        out, state = result
+        self.state[f"{key}_kv"], self.state[f"{key}_z"] = state.kv, state.z
+        return out
+
+    def window(self, key: str, attention: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """A SlidingWindowAttention carrying its last keys and values as key_k, key_v and its
+        count of real entries as key_filled."""
+        start = None
+        if f"{key}_k" in self.carried:
+            t = self.carried
+            start = WindowState(t[f"{key}_k"], t[f"{key}_v"], t[f"{key}_filled"], self.position,
+                                attention.made_by())
+        result = attention(q, k, v, self.mask, start, self.return_state)
+        if not self.return_state:
+            return result
+        out, state = result
+        self.state.update({f"{key}_k": state.k, f"{key}_v": state.v,
+                           f"{key}_filled": state.filled})
+        return out
 
 
 def attention_target(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:

@@ -23,14 +23,13 @@ from torch import Tensor, nn
 
 from linarena.attention.backends import check_backend
 from linarena.attention.kernels import LinearAttentionState
-from linarena.attention.kernels.common import lowest
-from linarena.attention.layers.base import AttentionLayer, LayerState
+from linarena.attention.layers.base import AttentionLayer, LayerCall
 from linarena.attention.layers.conv import CausalConv
 from linarena.attention.linear import LinearAttention
 from linarena.attention.maps.taylor import TaylorFeatures
 from linarena.attention.recurrent.core import linear, per_head
 from linarena.attention.rotation import Rotation
-from linarena.attention.sliding_window import SlidingWindowAttention, WindowState
+from linarena.attention.sliding_window import SlidingWindowAttention
 from linarena.attention.validation import zero_padding
 
 
@@ -59,14 +58,17 @@ class TaylorLinearAttention(nn.Module):
                                          feature_map=TaylorFeatures(feature_dim), eps=eps,
                                          chunk_size=chunk_size)
 
+    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (batch, heads, n, dim) of x (batch, n, d_model)."""
+        return tuple(per_head(linear(x, proj), self.num_heads)
+                     for proj in (self.q_proj, self.k_proj, self.v_proj))
+
     def forward(self, x: Tensor, mask: Tensor | None = None,
                 initial_state: LinearAttentionState | None = None, return_state: bool = False
                 ) -> Tensor | tuple[Tensor, LinearAttentionState]:
         """x: (batch, n, d_model), padded tokens zeroed; mask: bool (batch, n). Returns
         (batch, n, d_model), and with return_state the LinearAttentionState after these tokens."""
-        q, k, v = (per_head(linear(x, proj), self.num_heads)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
-        result = self.attention(q, k, v, mask, initial_state, return_state)
+        result = self.attention(*self.heads(x), mask, initial_state, return_state)
         o, state = result if return_state else (result, None)
         out = linear(o.transpose(1, 2).flatten(2), self.o_proj)
         return (out, state) if return_state else out
@@ -107,6 +109,7 @@ class BasedLayer(AttentionLayer):
     """
 
     own_short_conv = True
+    full_precision = False  # its parts choose their dtypes
 
     def __init__(self, d_model: int, num_heads: int, causal: bool = False,
                  backend: str = "auto", rotary: Rotation | None = None, *,
@@ -131,50 +134,33 @@ class BasedLayer(AttentionLayer):
                                                        rotary=rotary)
         self.window_out = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *,
-                initial_state: LayerState | None = None, return_state: bool = False
-                ) -> Tensor | tuple[Tensor, LayerState]:
-        """x: (batch, n, d_model); mask: bool (batch, n), True = real (right padding). Returns
-        (batch, n, d_model), and with return_state (causal) the LayerState after these tokens."""
-        self.check_call(x, mask, initial_state, return_state)
-        self.backend_used = "torch"
-        batch, length, _ = x.shape
-        position = 0 if initial_state is None else initial_state.position
-        carried = self._split_state(initial_state, batch)
-        lengths = None if mask is None else mask.sum(-1)
-        x = zero_padding(x, mask)
+    def project(self, x: Tensor, call: LayerCall) -> dict:
         u, gate = linear(x, self.conv_in).chunk(2, dim=-1)
-        # Zeroed again: the projection's bias would put it back on padded tokens.
-        mixed, conv_cache = self.conv(zero_padding(u, mask), carried["conv"], lengths)
-        c = linear(mixed * gate, self.conv_out)
-        h = zero_padding(x + c, mask)
-        taylor = self.linear(h, mask, carried["taylor"], return_state)
-        taylor, taylor_state = taylor if return_state else (taylor, None)
-        q, k, v = (per_head(t, self.num_heads) for t in linear(h, self.window_qkv).chunk(3, -1))
-        window = self.window_attention(q, k, v, mask, carried["window"], return_state)
-        window, window_state = window if return_state else (window, None)
-        out = c + taylor + linear(window.transpose(1, 2).flatten(2), self.window_out)
-        if not return_state:
-            return out
-        tensors = {"conv": conv_cache, "taylor_kv": taylor_state.kv, "taylor_z": taylor_state.z,
-                   "window_k": window_state.k, "window_v": window_state.v,
-                   "window_filled": window_state.filled}
-        return out, LayerState(tensors, position + length, self.made_by())
+        # call.conv zeroes padding again: the projection's bias would put it back there.
+        c = linear(call.conv("conv", self.conv, u) * gate, self.conv_out)
+        return {"c": c, "h": zero_padding(x + c, call.mask)}
 
-    def _split_state(self, state: LayerState | None, batch: int) -> dict:
-        """The parts' states from a LayerState (None: each part starts afresh). The Taylor
-        state's stabiliser `top` is not kept: a map without log-scales never moves it from its
-        start value, the lowest float."""
-        if state is None:
-            return {"conv": None, "taylor": None, "window": None}
-        t = state.tensors
-        kv = t["taylor_kv"]
-        top = kv.new_full((batch, self.num_heads), lowest(kv.dtype))
-        key = self.linear.attention.state_key()
-        taylor = LinearAttentionState(kv, t["taylor_z"], top, state.position, key)
-        window = WindowState(t["window_k"], t["window_v"], t["window_filled"], state.position,
-                             self.window_attention.made_by())
-        return {"conv": t["conv"], "taylor": taylor, "window": window}
+    def mix(self, parts: dict, call: LayerCall) -> tuple[Tensor, Tensor]:
+        """The Taylor linear attention and the window, both on h."""
+        taylor = call.kernel_sums("taylor", self.linear.attention, *self.linear.heads(parts["h"]))
+        q, k, v = (per_head(t, self.num_heads)
+                   for t in linear(parts["h"], self.window_qkv).chunk(3, -1))
+        return taylor, call.window("window", self.window_attention, q, k, v)
+
+    def output(self, o: tuple[Tensor, Tensor], parts: dict, call: LayerCall) -> Tensor:
+        taylor, window = (t.transpose(1, 2).flatten(2) for t in o)
+        return (parts["c"] + linear(taylor, self.linear.o_proj)
+                + linear(window, self.window_out))
+
+    def state_shapes(self, batch: int) -> dict[str, dict[str, int]]:
+        """The convolution's and the Taylor sums' (the window checks its own)."""
+        features = self.linear.attention.feature_map.num_features(self.feature_dim)
+        heads, head_dim = self.num_heads, self.d_model // self.num_heads
+        return {"conv": {"batch": batch, "channels": self.inner,
+                         "taps": self.conv.kernel_size - 1},
+                "taylor_kv": {"batch": batch, "heads": heads, "features": features,
+                              "head_dim": head_dim},
+                "taylor_z": {"batch": batch, "heads": heads, "features": features}}
 
     def state_size(self, length: int) -> int:
         """Numbers per sequence, whatever the length: the convolution's last conv_size - 1

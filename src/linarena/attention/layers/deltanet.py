@@ -8,14 +8,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.layers.base import AttentionLayer, LayerState
+from linarena.attention.layers.base import AttentionLayer, LayerCall
 from linarena.attention.layers.conv import CausalConv
 from linarena.attention.layers.norm import GatedRMSNorm
-from linarena.attention.ops import delta_rule
-from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.core import head_projection, linear, per_head
 from linarena.attention.rotation import Rotation, rotate_from
-from linarena.attention.validation import check_right_padded, check_state, zero_padding
 
 CONVS = ("q", "k", "v")
 L2_EPS = 1e-6  # fla's l2norm: x / sqrt(|x|^2 + eps)
@@ -66,6 +63,7 @@ class DeltaNetLayer(AttentionLayer):
 
     fla_kernel = True
     own_short_conv = True
+    recurrence = "delta"
 
     def __init__(self, d_model: int, num_heads: int, causal: bool, backend: str = "auto",
                  rotary: Rotation | None = None, *, use_gate: bool = False, conv_size: int = 4,
@@ -94,71 +92,35 @@ class DeltaNetLayer(AttentionLayer):
         """The decay before each update, (batch, heads, n) log values: none in DeltaNet."""
         return None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *,
-                initial_state: LayerState | None = None, return_state: bool = False
-                ) -> Tensor | tuple[Tensor, LayerState]:
-        """x: (batch, n, d_model); mask: bool (batch, n), True = real. Returns (batch, n,
-        d_model), and with return_state (causal) the LayerState after the real tokens."""
-        self.check_call(x, mask, initial_state, return_state)
-        dtype = compute_dtype(x)
-        if initial_state is not None:
-            self._check_state(initial_state, x, dtype)
-        position = 0 if initial_state is None else initial_state.position
-        # fla's kernels take the projections' dtype: autocast's in a mixed-precision run.
-        device = x.device.type
-        kernel_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
-                        else x.dtype)
-        use_fla = self.runs_fla(kernel_dtype, x.device, delta=True)
-        self.backend_used = "fla" if use_fla else "torch"
-        lengths = None
-        if return_state and mask is not None:
-            check_right_padded(mask, type(self).__name__)
-            lengths = mask.sum(-1)
-        caches = {} if initial_state is None else initial_state.tensors
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            h = zero_padding(x.to(dtype), mask)
-            tensors = {}
-            qkv = []
-            for name, proj in zip(CONVS, (self.q_proj, self.k_proj, self.v_proj), strict=True):
-                out, tensors[f"conv_{name}"] = self.convs[name](
-                    linear(h, proj), caches.get(f"conv_{name}"), lengths)
-                qkv.append(per_head(out, self.num_heads))
-            q, k, v = qkv
-            q, k = rotate_from(self.rotary, l2_normalise(q), l2_normalise(k), position)
-            beta = torch.sigmoid(head_projection(h, self.b_proj))
-            if use_fla:  # fla's kernels run in that dtype, states in float32
-                q, k, v, beta = (t.to(kernel_dtype) for t in (q, k, v, beta))
-            result = delta_rule(q, k, v, beta, self.log_gate(h), causal=self.causal, mask=mask,
-                                backend=self.backend_used, initial_state=caches.get("recurrent"),
-                                return_state=return_state)
-            out, tensors["recurrent"] = result if return_state else (result, None)
-            out = out.to(dtype).transpose(1, 2)  # (batch, n, heads, head_v_dim)
-            gate = None if self.g_proj is None else linear(h, self.g_proj).view_as(out)
-            out = self.o_norm(out, gate).flatten(2)
-            y = linear(out, self.o_proj).to(x.dtype)
-        if not return_state:
-            return y
-        return y, LayerState(tensors, position + x.shape[1], self.made_by())
+    def project(self, x: Tensor, call: LayerCall) -> dict:
+        h = x.to(call.dtype)
+        q, k, v = (per_head(call.conv(f"conv_{name}", self.convs[name], linear(h, proj)),
+                            self.num_heads)
+                   for name, proj in zip(CONVS, (self.q_proj, self.k_proj, self.v_proj),
+                                         strict=True))
+        q, k = rotate_from(self.rotary, l2_normalise(q), l2_normalise(k), call.position)
+        return {"q": q, "k": k, "v": v, "beta": torch.sigmoid(head_projection(h, self.b_proj)),
+                "log_gate": self.log_gate(h), "h": h}
 
-    def state_size(self, length: int) -> int:
-        """Numbers per sequence after any length: the heads' recurrent states (head_k_dim x
-        head_v_dim each) and the three convolutions' last conv_size - 1 inputs."""
-        heads = self.num_heads
-        state = heads * self.head_k_dim * self.head_v_dim
-        channels = heads * (2 * self.head_k_dim + self.head_v_dim)
-        return state + channels * (self.conv_size - 1)
+    def output(self, o: Tensor, parts: dict, call: LayerCall) -> Tensor:
+        o = o.transpose(1, 2)  # (batch, n, heads, head_v_dim)
+        gate = None if self.g_proj is None else linear(parts["h"], self.g_proj).view_as(o)
+        return linear(self.o_norm(o, gate).flatten(2), self.o_proj)
+
+    def state_shapes(self, batch: int) -> dict[str, dict[str, int]]:
+        """The heads' recurrent states (head_k_dim x head_v_dim each) and the three
+        convolutions' last conv_size - 1 inputs, whatever the length."""
+        heads, taps = self.num_heads, self.conv_size - 1
+        widths = {"q": self.head_k_dim, "k": self.head_k_dim, "v": self.head_v_dim}
+        convs = {f"conv_{name}": {"batch": batch, "channels": heads * widths[name],
+                                  "taps": taps} for name in CONVS}
+        return {**convs, "recurrent": {"batch": batch, "heads": heads,
+                                       "k_dim": self.head_k_dim, "v_dim": self.head_v_dim}}
 
     def made_by(self) -> str:
         return (f"{type(self).__name__}(d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"head_k_dim={self.head_k_dim}, head_v_dim={self.head_v_dim}, "
                 f"conv_size={self.conv_size})")
-
-    def _check_state(self, state: LayerState, x: Tensor, dtype: torch.dtype) -> None:
-        """Refuse a recurrent state of another batch or dtype (made_by: check_call)."""
-        expected = {"batch": x.shape[0], "heads": self.num_heads, "k_dim": self.head_k_dim,
-                    "v_dim": self.head_v_dim}
-        check_state(state.made_by, state.tensors["recurrent"], self.made_by(), expected, dtype,
-                    type(self).__name__)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, causal={self.causal}, "

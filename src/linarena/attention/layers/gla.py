@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import Tensor, nn
 
-from linarena.attention.layers.base import AttentionLayer, LayerState
+from linarena.attention.layers.base import AttentionLayer, LayerCall
 from linarena.attention.layers.norm import GatedRMSNorm
-from linarena.attention.ops import gated_linear_attention
-from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.core import linear, per_head
 from linarena.attention.recurrent.lean import log_sigmoid_gate
 from linarena.attention.rotation import Rotation, rotate_from
-from linarena.attention.validation import check_state, zero_padding
 
 
 def expanded_width(d_model: int, expand: float, num_heads: int, what: str, name: str) -> int:
@@ -73,46 +69,21 @@ class GatedProjectionLayer(AttentionLayer):
         recurrence sees them: rotated by the model's rotary if it has one."""
         return rotate_from(self.rotary, q, k, start)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *,
-                initial_state: LayerState | None = None, return_state: bool = False
-                ) -> Tensor | tuple[Tensor, LayerState]:
-        """x: (batch, n, d_model); mask: bool (batch, n), True = real. Returns (batch, n,
-        d_model), and with return_state (causal) the LayerState after these tokens."""
-        self.check_call(x, mask, initial_state, return_state)
-        dtype = compute_dtype(x)
-        batch, length, _ = x.shape
-        position = 0 if initial_state is None else initial_state.position
-        start = None if initial_state is None else initial_state.tensors["recurrent"]
-        if start is not None:
-            check_state(initial_state.made_by, start, self.made_by(),
-                        {"batch": batch, "heads": self.num_heads, "k_dim": self.head_k_dim,
-                         "v_dim": self.head_v_dim}, dtype, type(self).__name__)
-        x = zero_padding(x, mask)
-        q, k, v, g = (linear(x, proj) for proj in (self.q_proj, self.k_proj, self.v_proj,
-                                                   self.g_proj))
-        kernel_dtype = v.dtype
-        use_fla = self.runs_fla(kernel_dtype, x.device, delta=False)
-        self.backend_used = "fla" if use_fla else "torch"
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            q, k, v = (per_head(t.to(dtype), self.num_heads) for t in (q, k, v))
-            log_gate = self.log_gate(x.to(dtype))
-            q, k = self.rotate(q, k, position)
-            if use_fla:  # fla's kernels take the projections' dtype, accumulate in float32
-                q, k, v = (t.to(kernel_dtype) for t in (q, k, v))
-            result = gated_linear_attention(
-                q, k, v, log_gate, causal=self.causal, mask=mask, initial_state=start,
-                return_state=return_state, backend=self.backend_used)
-            o, state = result if return_state else (result, None)
-            gate = g.to(dtype).view(batch, length, self.num_heads, self.head_v_dim)
-            o = self.g_norm(o.to(dtype).transpose(1, 2), gate).flatten(2)
-        out = linear(o, self.o_proj).to(x.dtype)
-        if not return_state:
-            return out
-        return out, LayerState({"recurrent": state}, position + length, self.made_by())
+    def project(self, x: Tensor, call: LayerCall) -> dict:
+        q, k, v, gate = (call.linear(x, proj).to(call.dtype) for proj in (
+            self.q_proj, self.k_proj, self.v_proj, self.g_proj))
+        q, k = self.rotate(per_head(q, self.num_heads), per_head(k, self.num_heads),
+                           call.position)
+        return {"q": q, "k": k, "v": per_head(v, self.num_heads),
+                "log_gate": self.log_gate(x.to(call.dtype)), "gate": gate}
 
-    def state_size(self, length: int) -> int:
-        """All heads' states, heads x head_k_dim x head_v_dim, whatever the length."""
-        return self.num_heads * self.head_k_dim * self.head_v_dim
+    def output(self, o: Tensor, parts: dict, call: LayerCall) -> Tensor:
+        gate = parts["gate"].unflatten(-1, (self.num_heads, self.head_v_dim))
+        return call.linear(self.g_norm(o.transpose(1, 2), gate).flatten(2), self.o_proj)
+
+    def state_shapes(self, batch: int) -> dict[str, dict[str, int]]:
+        return {"recurrent": {"batch": batch, "heads": self.num_heads, "k_dim": self.head_k_dim,
+                              "v_dim": self.head_v_dim}}
 
     def made_by(self) -> str:
         return (f"{type(self).__name__}(d_model={self.d_model}, num_heads={self.num_heads}, "

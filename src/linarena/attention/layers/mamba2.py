@@ -11,14 +11,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from linarena.attention.layers.base import AttentionLayer, LayerState
+from linarena.attention.layers.base import AttentionLayer, LayerCall
 from linarena.attention.layers.conv import CausalConv
 from linarena.attention.layers.gla import expanded_width
-from linarena.attention.ops import gated_linear_attention
-from linarena.attention.ops.common import compute_dtype
-from linarena.attention.recurrent.core import linear, per_head
+from linarena.attention.recurrent.core import per_head
 from linarena.attention.rotation import Rotation, rotate_from
-from linarena.attention.validation import check_right_padded, check_state, zero_padding
+from linarena.attention.validation import zero_padding
 
 
 def inverse_softplus_dt(num_heads: int, dt_min: float, dt_max: float, floor: float) -> Tensor:
@@ -95,75 +93,33 @@ class Mamba2Layer(AttentionLayer):
         self.norm_eps = norm_eps
         self.out_proj = nn.Linear(self.inner, d_model, bias=False)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *,
-                initial_state: LayerState | None = None, return_state: bool = False
-                ) -> Tensor | tuple[Tensor, LayerState]:
-        """x: (batch, n, d_model); mask: bool (batch, n), True = real. Returns
-        (batch, n, d_model), and with return_state (causal) the LayerState after these
-        tokens."""
-        self.check_call(x, mask, initial_state, return_state)
-        if mask is not None and return_state:  # the cache is that of each row's first tokens
-            check_right_padded(mask, type(self).__name__)
-        dtype = compute_dtype(x)
-        batch, length, _ = x.shape
-        position = 0 if initial_state is None else initial_state.position
-        start, cache = self._initial(initial_state, batch, dtype)
-        x = zero_padding(x, mask)
-        projected = linear(x, self.in_proj)
-        kernel_dtype = projected.dtype
-        use_fla = self.runs_fla(kernel_dtype, x.device, delta=False)
-        self.backend_used = "fla" if use_fla else "torch"
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            z, xbc, dt = projected.to(dtype).split([self.inner, self.conv_dim, self.num_heads],
-                                                   dim=-1)
-            # The real tokens' count per row, so the cache is that of the real tokens.
-            lengths = mask.sum(-1) if mask is not None and return_state else None
-            xbc, conv_cache = self.conv(xbc, cache, lengths)
-            values, b, c = xbc.split([self.inner, self.ssm_size, self.ssm_size], dim=-1)
-            dt = F.softplus(dt + self.dt_bias.to(dtype)).transpose(1, 2)  # (batch, heads, n)
-            log_gate = -torch.exp(self.A_log.to(dtype))[:, None] * dt
-            values = per_head(values, self.num_heads)
-            shared = (batch, self.num_heads, length, self.ssm_size)
-            q, k = rotate_from(self.rotary, c[:, None].expand(shared), b[:, None].expand(shared),
-                               position)
-            v = values * dt[..., None]
-            if use_fla:  # fla's kernels take the projection's dtype, accumulate in float32
-                q, k, v = (t.to(kernel_dtype) for t in (q, k, v))
-            result = gated_linear_attention(
-                q, k, v, log_gate, causal=self.causal, scale=1.0, mask=mask, initial_state=start,
-                return_state=return_state, backend=self.backend_used)
-            y, state = result if return_state else (result, None)
-            y = y.to(dtype) + self.D.to(dtype)[:, None, None] * values
-            y = y.transpose(1, 2).flatten(2) * F.silu(z)
-            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps)
-            y = zero_padding(y * self.norm_weight.to(dtype), mask)
-        out = linear(y, self.out_proj).to(x.dtype)
-        if not return_state:
-            return out
-        tensors = {"recurrent": state, "conv": conv_cache}
-        return out, LayerState(tensors, position + length, self.made_by())
+    def project(self, x: Tensor, call: LayerCall) -> dict:
+        z, xbc, dt = call.linear(x, self.in_proj).to(call.dtype).split(
+            [self.inner, self.conv_dim, self.num_heads], dim=-1)
+        values, b, c = call.conv("conv", self.conv, xbc).split(
+            [self.inner, self.ssm_size, self.ssm_size], dim=-1)
+        dt = F.softplus(dt + self.dt_bias.to(call.dtype)).transpose(1, 2)  # (batch, heads, n)
+        values = per_head(values, self.num_heads)
+        shared = (*dt.shape, self.ssm_size)
+        q, k = rotate_from(self.rotary, c[:, None].expand(shared), b[:, None].expand(shared),
+                           call.position)
+        return {"q": q, "k": k, "v": values * dt[..., None], "scale": 1.0, "values": values,
+                "log_gate": -torch.exp(self.A_log.to(call.dtype))[:, None] * dt, "z": z}
 
-    def _initial(self, state: LayerState | None, batch: int, dtype: torch.dtype
-                 ) -> tuple[Tensor | None, Tensor | None]:
-        """The recurrent state and convolution cache to continue from, checked against this
-        call (None, None: the start of a sequence)."""
-        if state is None:
-            return None, None
-        name = type(self).__name__
-        recurrent, cache = state.tensors["recurrent"], state.tensors["conv"]
-        check_state(state.made_by, recurrent, self.made_by(),
-                    {"batch": batch, "heads": self.num_heads, "state_size": self.ssm_size,
-                     "head_dim": self.head_dim}, dtype, name)
-        check_state(state.made_by, cache, self.made_by(),
-                    {"batch": batch, "channels": self.conv_dim,
-                     "taps": self.conv.kernel_size - 1}, dtype, name)
-        return recurrent, cache
+    def output(self, y: Tensor, parts: dict, call: LayerCall) -> Tensor:
+        y = y + self.D.to(call.dtype)[:, None, None] * parts["values"]
+        y = y.transpose(1, 2).flatten(2) * F.silu(parts["z"])
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps)
+        return call.linear(zero_padding(y * self.norm_weight.to(call.dtype), call.mask),
+                           self.out_proj)
 
-    def state_size(self, length: int) -> int:
-        """heads x state_size x head_dim (the SSM states) + the convolution's last conv_size - 1
-        inputs of its inner + 2 state_size channels, whatever the length."""
-        return (self.num_heads * self.ssm_size * self.head_dim
-                + self.conv_dim * (self.conv.kernel_size - 1))
+    def state_shapes(self, batch: int) -> dict[str, dict[str, int]]:
+        """heads x state_size x head_dim (the SSM states) and the convolution's last
+        conv_size - 1 inputs of its inner + 2 state_size channels, whatever the length."""
+        return {"recurrent": {"batch": batch, "heads": self.num_heads,
+                              "state_size": self.ssm_size, "head_dim": self.head_dim},
+                "conv": {"batch": batch, "channels": self.conv_dim,
+                         "taps": self.conv.kernel_size - 1}}
 
     def made_by(self) -> str:
         return (f"Mamba2Layer(d_model={self.d_model}, num_heads={self.num_heads}, "
