@@ -180,3 +180,67 @@ def test_train_py_runs_each_layer_on_mqar(tmp_path: Path) -> None:
     for summary in summaries:
         assert summary["global_step"] == 4 and summary["metrics"]["model/params"] > 0
         assert torch.isfinite(torch.tensor(summary["metrics"]["test/loss"]))
+
+
+@pytest.fixture
+def fla_on_cpu_float64(fla_on_cpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As fla_on_cpu, with the references that would round to float32 (fla's naive GLA and
+    rms_norm_ref upcast to float32 and cast back) written out in the input's dtype: the same
+    formulas, S_t = diag(exp(gk_t)) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t (fla's
+    naive_recurrent_gla), and RMSNorm(x) * weight * swish(gate) (rms_norm_ref)."""
+    import fla.layers.gla as fla_gla
+    import fla.modules.norm.fused_norm_gate as fused_norm_gate
+
+    def gla(q, k, v, gk=None, g=None, scale=None, initial_state=None,
+            output_final_state=False, **_):
+        assert initial_state is None and not output_final_state
+        gk = g if gk is None else gk
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        state = q.new_zeros(*q.shape[:1], q.shape[2], q.shape[3], v.shape[3])
+        outputs = []
+        for t in range(q.shape[1]):
+            state = state * gk[:, t].exp()[..., None] + k[:, t, :, :, None] * v[:, t, :, None]
+            outputs.append((q[:, t, :, :, None] * scale * state).sum(-2))
+        return torch.stack(outputs, 1), None
+
+    def rms(x, weight, eps):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    def norm_then_swish_gate(x, g, weight, bias, activation="swish", residual=None,
+                             prenorm=False, residual_in_fp32=False, eps=1e-6):
+        assert bias is None and residual is None and not prenorm
+        return rms(x, weight, eps) * torch.nn.functional.silu(g)
+
+    monkeypatch.setattr(fla_gla, "fused_recurrent_gla", gla)
+    monkeypatch.setattr(fla_gla, "chunk_gla", gla)
+    monkeypatch.setattr(fused_norm_gate, "rms_norm_gated", norm_then_swish_gate)
+
+
+def test_the_gla_layer_is_fla_s_in_float64_across_chunks(fla_on_cpu_float64: None) -> None:
+    """GLA (per-key gates, the norm-gate), float64 on both sides, 150 tokens (ours: chunks of
+    64, so the state crosses two chunk boundaries), every weight moved off its initial value
+    (norm weights included, so a weight left out or put in the wrong place shows): outputs and
+    all gradients agree to float64 rounding, where float32 would only reach 1e-6. (fla's Mamba2
+    computes A = -exp(A_log) in float32 whatever the input, so it is compared in float32 only.)
+    """
+    name = "gla_layer"
+    torch.manual_seed(0)
+    theirs = fla_layer(name)
+    ours = build_layer(name, causal=True, d_model=D_MODEL, num_heads=HEADS)
+    mapping = copy_weights(theirs, ours, name)
+    theirs.double()
+    ours.double()
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 150, D_MODEL, generator=generator, dtype=torch.float64)
+    cotangent = torch.randn(x.shape, generator=generator, dtype=torch.float64)
+    x_theirs, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_theirs, out_ours = theirs(x_theirs)[0], ours(x_ours)
+    assert out_ours.dtype == torch.float64 and out_ours.abs().max() > 0.1
+    torch.testing.assert_close(out_ours, out_theirs, rtol=1e-9, atol=1e-11)
+    (out_theirs * cotangent).sum().backward()
+    (out_ours * cotangent).sum().backward()
+    torch.testing.assert_close(x_ours.grad, x_theirs.grad, rtol=1e-9, atol=1e-11)
+    ours_params = dict(ours.named_parameters())
+    for key, param in theirs.named_parameters():
+        torch.testing.assert_close(ours_params[mapping[key]].grad, param.grad, rtol=1e-9,
+                                   atol=1e-11, msg=lambda m, key=key: f"{key}: {m}")
