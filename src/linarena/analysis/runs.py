@@ -1,5 +1,9 @@
 """Load finished training runs, from local summary.json files or from the W&B API.
 
+This module is the one reader of summary.json: the comparison (compare.py), the seed sweeps and
+the studies (linarena.studies.runs, linarena.studies.mixture) get a run's fields from its
+RunRecord (read_run), never from a JSON parse of their own.
+
 Every run becomes one :class:`RunRecord`. Local runs: each training run writes ``summary.json``
 in its Hydra output folder (schema in the README; every schema version is read). W&B runs:
 ``task``, ``attention``, ``seed``, ``sweep`` and ``debug`` in the run config (group = task and
@@ -19,18 +23,26 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from linarena.metrics import SCHEMA_VERSION, TEST_ACC, compared_metrics
+from linarena.metrics import (
+    SCHEMA_VERSION,
+    TEST_ACC,
+    TEST_ACC_PER_SETTING,
+    VAL_ACC_BEST,
+    compared_metrics,
+)
 
 WANDB_RUN_NAME = re.compile(r"^(?P<attention>.+)-s(?P<seed>\d+)$")
 # Filter keys that are W&B run attributes; any other key is looked up in the run's config.
 WANDB_RUN_KEYS = frozenset({"group", "state", "display_name", "name", "job_type"})
+# A per-setting test accuracy of summary.json's metrics (a mixture run's): test/acc_L<n>_P<k>.
+SETTING = re.compile(re.escape(TEST_ACC_PER_SETTING.key) + r"L(?P<length>\d+)_P(?P<pairs>\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
-    """One training run as the comparison uses it: its names and the compared metrics
-    (linarena.metrics.compared_metrics, by key, as stored: accuracy as a fraction; None where
-    an optional metric is absent or the run failed)."""
+    """One training run as the comparison and the studies use it: its names and the compared
+    metrics (linarena.metrics.compared_metrics, by key, as stored: accuracy as a fraction; None
+    where an optional metric is absent or the run failed)."""
 
     task: str
     attention: str
@@ -56,6 +68,18 @@ class RunRecord:
     commit: str | None = None
     cpu: str | None = None
     cpu_kernels: str | None = None
+    # What the studies read besides (summary.json only; a runs CSV of compare.py does not keep
+    # them, so they are left out of a record's equality): the best validation accuracy
+    # (val/acc_best), the run's last optimizer step (global_step), the environment its numbers
+    # depend on (machine.env, e.g. OMP_NUM_THREADS=1), its resolved config ("config", schema
+    # version 2 on) and its test accuracy per (length, pairs) setting (a mixture run's
+    # test/acc_L<length>_P<pairs>, NaN where it diverged); None or empty where it does not say.
+    val_acc_best: float | None = dataclasses.field(default=None, compare=False)
+    steps: int | None = dataclasses.field(default=None, compare=False)
+    env: Mapping[str, str] | None = dataclasses.field(default=None, compare=False)
+    config: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+    setting_accuracies: Mapping[tuple[int, int], float] = dataclasses.field(
+        default_factory=dict, compare=False)
 
     @property
     def failed(self) -> bool:
@@ -101,12 +125,14 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def read_metrics(metrics: Mapping[str, Any], where: str, version: int) -> dict[str, float | None]:
+def read_metrics(metrics: Mapping[str, Any], where: str, version: int,
+                 required: bool = True) -> dict[str, float | None]:
     """The compared metrics of a summary.json's (or W&B run summary's) metrics. A null or NaN
     test accuracy marks a failed run (its other metrics may be missing too); otherwise a
-    required metric must be there, and the error says why it is not."""
+    required metric must be there, and the error says why it is not. `required=False` (a
+    study, which reads accuracies only) takes what is there."""
     values = {m.key: _number(metrics.get(m.key)) for m in compared_metrics()}
-    if TEST_ACC.key in metrics and values[TEST_ACC.key] is None:
+    if not required or (TEST_ACC.key in metrics and values[TEST_ACC.key] is None):
         return values
     for metric in compared_metrics():
         if not metric.required or values[metric.key] is not None:
@@ -135,23 +161,40 @@ def schema_version(summary: Mapping[str, Any], where: str) -> int:
     return version
 
 
-def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRecord:
+def setting_accuracies(metrics: Mapping[str, Any]) -> dict[tuple[int, int], float]:
+    """{(length, pairs): accuracy (NaN where the run diverged)} of a summary's metrics."""
+    found = {}
+    for key, value in metrics.items():
+        match = SETTING.match(key)
+        if match:
+            found[int(match["length"]), int(match["pairs"])] = \
+                float("nan") if value is None else float(value)
+    return found
+
+
+def record_from_summary(summary: Any, where: str, sweep: str = "runs",
+                        required: bool = True) -> RunRecord:
     """A RunRecord from a parsed summary.json of any schema version; ``where`` names the file in
     error messages, ``sweep`` is used when the summary names none (written before sweeps were
-    recorded)."""
+    recorded); ``required`` as in read_metrics."""
     if not isinstance(summary, Mapping):
         raise ValueError(f"{where}: not a linarena summary.json (a JSON "
                          f"{type(summary).__name__}, not an object)")
     for key in ("task", "attention", "seed", "metrics"):
         if key not in summary:
             raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
-    metrics = read_metrics(summary["metrics"], where, schema_version(summary, where))
+    if not isinstance(summary["metrics"], Mapping):
+        raise ValueError(f"{where}: metrics is not a JSON object (is this a linarena "
+                         "summary.json?)")
+    metrics = read_metrics(summary["metrics"], where, schema_version(summary, where), required)
     hparams = summary.get("hparams")
     hparams = hparams if isinstance(hparams, Mapping) else {}
     max_steps = hparams.get("max_steps")
     # Summaries written before hparams had it still hold it in their resolved config.
     positions = hparams.get("positions") or _model_setting(summary.get("config"), "positions")
     machine = summary.get("machine") or {}
+    config = summary.get("config")
+    steps = summary.get("global_step")
     return RunRecord(
         task=str(summary["task"]), attention=str(summary["attention"]), seed=int(summary["seed"]),
         metrics=metrics, source=where, sweep=str(summary.get("sweep") or sweep),
@@ -161,6 +204,10 @@ def record_from_summary(summary: Any, where: str, sweep: str = "runs") -> RunRec
         positions=None if positions is None else str(positions),
         commit=summary.get("commit"), cpu=machine.get("cpu"),
         cpu_kernels=machine.get("cpu_kernels"),
+        val_acc_best=_number(summary["metrics"].get(VAL_ACC_BEST.key)),
+        steps=None if steps is None else int(steps), env=machine.get("env"),
+        config=config if isinstance(config, Mapping) else None,
+        setting_accuracies=setting_accuracies(summary["metrics"]),
     )
 
 
@@ -199,6 +246,12 @@ def parse_summary_file(path: Path) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}:{error.lineno}: malformed JSON: {error.msg}") from error
+
+
+def read_run(path: Path, required: bool = True) -> RunRecord:
+    """The RunRecord of one summary.json file (record_from_summary; ``required`` as in
+    read_metrics); a file that cannot be read is a ValueError naming it."""
+    return record_from_summary(parse_summary_file(path), str(path), required=required)
 
 
 def load_local_runs(

@@ -19,7 +19,6 @@ appear without absolute position codes, model.positions=none or rope?).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from linarena.analysis.order import attention_label, attention_sort_key
-from linarena.analysis.runs import parse_summary_file, schema_version
+from linarena.analysis.runs import RunRecord, read_run
 from linarena.analysis.statistics import STATISTICS_COLUMNS, SUCCESS_THRESHOLD, point_statistics
 from linarena.metrics import TEST_ACC_PER_SETTING
 from linarena.studies.runs import train_command
@@ -39,7 +38,6 @@ SUMMARY_COLUMNS = ("attention", "label", "positions", "length", "pairs", "beyond
                    "failed",
                    "recalled", "test_acc_median", "test_acc_min", "test_acc_max",
                    *STATISTICS_COLUMNS)
-SETTING = re.compile(re.escape(TEST_ACC_PER_SETTING.key) + r"L(?P<length>\d+)_P(?P<pairs>\d+)$")
 # What must be equal for runs to be pooled (dotted paths in summary.json's "config").
 POOLED_ON = ("data.train", "data.test", "data.vocab_size", "model.d_model", "model.num_layers",
              "optim.lr", "trainer.max_steps")
@@ -55,51 +53,26 @@ def get(config: Mapping[str, Any], dotted: str) -> Any:
     return config
 
 
-def _setting_accuracies(metrics: Mapping[str, Any]) -> dict[tuple[int, int], float]:
-    """{(length, pairs): accuracy (NaN where the run diverged)} of a summary's metrics."""
-    found = {}
-    for key, value in metrics.items():
-        match = SETTING.match(key)
-        if match:
-            found[int(match["length"]), int(match["pairs"])] = \
-                float("nan") if value is None else float(value)
-    return found
-
-
-def _read(path: Path) -> dict[str, Any]:
-    summary = parse_summary_file(path)
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path}: not a linarena summary.json (not a JSON object)")
-    return summary
-
-
-def run_rows(folder: Path, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The rows of one run: one per test setting, [] for a run without per-setting metrics."""
-    where = folder / SUMMARY_FILE
-    for key in ("attention", "seed", "metrics"):
-        if key not in summary:
-            raise ValueError(f"{where}: key {key!r} is missing (is this a linarena summary.json?)")
-    schema_version(summary, str(where))
-    accuracies = _setting_accuracies(summary["metrics"])
-    if not accuracies:
+def run_rows(folder: Path, record: RunRecord) -> list[dict[str, Any]]:
+    """The rows of one run (its summary.json as linarena.analysis.runs reads it): one per test
+    setting, [] for a run without per-setting metrics."""
+    if not record.setting_accuracies:
         return []
-    train = get(summary.get("config") or {}, "data.train")
+    config = record.config or {}
+    train = get(config, "data.train")
     if not train:
-        raise ValueError(f"{where}: per-setting metrics but no config.data.train (the training "
-                         "mixture); was it written by linarena's train.py?")
+        raise ValueError(f"{folder / SUMMARY_FILE}: per-setting metrics but no config.data.train "
+                         "(the training mixture); was it written by linarena's train.py?")
     longest = max(int(item["length"]) for item in train)
-    attention = str(summary["attention"])
-    positions = str(get(summary["config"], "model.positions"))
-    machine = summary.get("machine") or {}
-    return [{"attention": attention, "label": attention_label(attention),
-             "positions": positions, "short_conv": get(summary["config"], "model.short_conv"),
-             "seed": int(summary["seed"]), "length": length, "pairs": pairs, "acc": acc,
+    positions = str(get(config, "model.positions"))
+    return [{"attention": record.attention, "label": attention_label(record.attention),
+             "positions": positions, "short_conv": get(config, "model.short_conv"),
+             "seed": record.seed, "length": length, "pairs": pairs, "acc": acc,
              "beyond_train": length > longest,
-             "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
-             "duration_s": summary.get("duration_s"), "cpu": machine.get("cpu"),
-             "cpu_kernels": machine.get("cpu_kernels"),
-             "command": train_command(folder, machine.get("env"))}
-            for (length, pairs), acc in sorted(accuracies.items())]
+             "run": f"{folder.parent.name}/{folder.name}", "commit": record.commit,
+             "duration_s": record.duration_s, "cpu": record.cpu,
+             "cpu_kernels": record.cpu_kernels, "command": train_command(folder, record.env)}
+            for (length, pairs), acc in sorted(record.setting_accuracies.items())]
 
 
 def pooled_settings(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,10 +108,10 @@ def load_runs(roots: Iterable[str | Path], reference: Mapping[str, Any] | None =
     rows, seen, configs = [], {}, []
     settings = {} if reference is None else {"the preset": pooled_settings(reference)}
     for path in sorted(p for root in roots for p in root.rglob(SUMMARY_FILE)):
-        summary = _read(path)
-        if summary.get("debug"):
+        record = read_run(path, required=False)
+        if record.debug:
             continue
-        found = run_rows(path.parent, summary)
+        found = run_rows(path.parent, record)
         if not found:
             continue
         key = (found[0]["attention"], found[0]["positions"], found[0]["seed"])
@@ -147,8 +120,8 @@ def load_runs(roots: Iterable[str | Path], reference: Mapping[str, Any] | None =
                              f"twice: {seen[key]} and {path.parent}; keep one of them out of "
                              "--runs")
         seen[key] = path.parent
-        settings[str(path.parent)] = pooled_settings(summary["config"])
-        configs.append(summary["config"])
+        settings[str(path.parent)] = pooled_settings(record.config)
+        configs.append(record.config)
         rows += found
     if not rows:
         raise ValueError(f"no run with per-setting accuracies ({TEST_ACC_PER_SETTING.key}"

@@ -27,7 +27,6 @@ too, whatever its layers' recurrences.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,10 +37,12 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from linarena.analysis.result_files import read_csv_checked
+from linarena.analysis.runs import RunRecord, read_run
 from linarena.attention.layers import AttentionLayer
 from linarena.attention.linear import LinearAttention
 from linarena.attention.patterns import pattern_label
 from linarena.attention.sliding_window import SlidingWindowAttention
+from linarena.metrics import TEST_ACC
 from linarena.models import TransformerClassifier
 from linarena.training.build import build_model
 from linarena.training.summary import SUMMARY_FILE
@@ -114,7 +115,7 @@ def state_size(config: dict) -> tuple[int, str]:
     return model_state(build_model(cfg, DECODER_SIZES), length)
 
 
-def attention_choice(folder: Path, summary: dict) -> str:
+def attention_choice(folder: Path, record: RunRecord) -> str:
     """The conf/attention/ name the run was started with (`attention=<name>`), from Hydra's
     .hydra/hydra.yaml: summary.json names the class ("linear" for every LinearAttention)."""
     hydra_file = folder / ".hydra" / "hydra.yaml"
@@ -122,7 +123,7 @@ def attention_choice(folder: Path, summary: dict) -> str:
         choice = OmegaConf.load(hydra_file).hydra.runtime.choices.get("attention")
         if choice:
             return str(choice)
-    return str(summary["attention"])
+    return record.attention
 
 
 def best_step(folder: Path) -> int | None:
@@ -155,8 +156,10 @@ def train_overrides(command: str) -> list[str]:
 
 
 def run_row(folder: Path) -> dict:
-    """The row of one finished run folder (summary.json and .hydra/config.yaml)."""
-    summary = json.loads((folder / SUMMARY_FILE).read_text())
+    """The row of one finished run folder: summary.json's fields, as linarena.analysis.runs
+    reads them (every schema version; a damaged file is an error naming it), and the model and
+    protocol from .hydra/config.yaml."""
+    record = read_run(folder / SUMMARY_FILE, required=False)
     config_path = folder / ".hydra" / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path}: missing; the study reads each run's config "
@@ -164,24 +167,22 @@ def run_row(folder: Path) -> dict:
     config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
     # A hybrid stack's name is its pattern's (build.build_model), not the attention= choice.
     hybrid = config["model"].get("pattern") is not None
-    attention = str(summary["attention"]) if hybrid else attention_choice(folder, summary)
+    attention = record.attention if hybrid else attention_choice(folder, record)
     size, kind = state_size(config)
-    model, data, metrics = config["model"], config["data"], summary["metrics"]
-    machine = summary.get("machine") or {}
+    model, data = config["model"], config["data"]
     return {
         "attention": attention, "label": pattern_label(attention),
         "short_conv": int(model.get("short_conv", 0)), "d_model": model["d_model"],
         "num_heads": model["num_heads"], "num_layers": model["num_layers"],
         "lr": config["optim"]["lr"], "seed": int(config["seed"]), "state_size": size,
-        "state_kind": kind, "test_acc": metrics["test/acc"],
-        "val_acc_best": metrics["val/acc_best"],
-        "steps": summary.get("global_step"), "best_step": best_step(folder),
+        "state_kind": kind, "test_acc": record.metrics.get(TEST_ACC.key),
+        "val_acc_best": record.val_acc_best,
+        "steps": record.steps, "best_step": best_step(folder),
         "max_steps": config["trainer"]["max_steps"], "vocab_size": data["vocab_size"],
         "seq_len": data["max_length"], "num_pairs": data["num_pairs"],
-        "run": f"{folder.parent.name}/{folder.name}", "commit": summary.get("commit"),
-        "duration_s": summary.get("duration_s"), "cpu": machine.get("cpu"),
-        "cpu_kernels": machine.get("cpu_kernels"),
-        "command": train_command(folder, machine.get("env")),
+        "run": f"{folder.parent.name}/{folder.name}", "commit": record.commit,
+        "duration_s": record.duration_s, "cpu": record.cpu, "cpu_kernels": record.cpu_kernels,
+        "command": train_command(folder, record.env),
     }
 
 
