@@ -170,11 +170,14 @@ def test_an_unknown_preset_is_one_line_listing_the_presets(
         script = load_script(f"scripts/{name}.py")
         extra = ["--study", "x.csv", "--widths", "16", "--max-steps", "10"] \
             if name == "mqar_step_budget" else []
-        assert script.main(["--preset", "nonexistent", "--report-only",
-                            "--root", str(tmp_path), *extra]) == 2
-        error = capsys.readouterr().err.strip()
-        assert len(error.splitlines()) == 1, error
+        # Refused when the arguments are parsed (argparse: its usage line, then one error).
+        with pytest.raises(SystemExit) as stopped:
+            script.main(["--preset", "nonexistent", "--report-only", "--root", str(tmp_path),
+                         *extra])
+        assert stopped.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()[-1]
         assert "nonexistent" in error and "mqar_study_cpu, mqar_study_gpu" in error
+        assert not any(tmp_path.iterdir())  # nothing was written
     study = load_script("scripts/mqar_study.py")
     assert study.main(["--report-only", "--root", str(tmp_path), "study.widths=[16"]) == 2
     error = capsys.readouterr().err.strip()
