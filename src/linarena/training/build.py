@@ -16,16 +16,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from linarena.attention.patterns import pattern_entry, pattern_name
-from linarena.attention.variants import check_variant_names, composed_conf_dir
 from linarena.errors import ConfigError
 from linarena.models.transformer import repeat_pattern
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_identity import StoreRunIdentity, run_identity
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.module import ClassificationModule
+from linarena.training.pattern_config import pattern_attentions
 from linarena.training.perf import PerfMonitor
 from linarena.training.signals import SaveOnSignal
-from linarena.training.summary import run_names
+from linarena.training.summary import logged_config
 
 # Arguments the code passes to each group's _target_, never set in the config. this module builds
 # its keyword arguments from these names and config_checks accepts them, so they cannot drift
@@ -47,7 +47,7 @@ BUILD_KEYS = {"model": {"pattern", "compile"}}
 
 @dataclass
 class Components:
-    """Everything a run needs, built and checked."""
+    """Everything a run needs, built (build_components)."""
 
     datamodule: LightningDataModule
     module: ClassificationModule
@@ -66,30 +66,6 @@ def instantiate_group(node: DictConfig, group: str, **kwargs: Any) -> Any:
     except InstantiationException as err:
         cause = err.__cause__ or err
         raise ConfigError(f"Could not build `{group}` ({node.get('_target_')}): {cause}") from err
-
-
-def pattern_attentions(cfg: DictConfig) -> list[tuple[str, DictConfig]] | None:
-    """(variant name, attention config) of each entry of model.pattern; None without a pattern.
-
-    An entry's config is the `attention` of its conf/attention/<name>.yaml with the entry's own
-    settings merged over it, written back into `cfg` as {name: config}: its interpolations
-    (${model.d_model}, ${oc.select:attention_dropout,...}) resolve in the run's config, the run
-    records every setting it built with, and a second call gives the same."""
-    pattern = cfg.model.get("pattern")
-    if pattern is None:
-        return None
-    entries = [pattern_entry(entry, f"model.pattern[{i}]") for i, entry in enumerate(pattern)]
-    conf_dir = composed_conf_dir()
-    try:
-        check_variant_names((name for name, _ in entries), conf_dir)
-    except ValueError as err:
-        raise ConfigError(f"model.pattern: {err}") from err
-    with open_dict(cfg.model):
-        cfg.model.pattern = [
-            {name: OmegaConf.merge(OmegaConf.load(conf_dir / "attention" / f"{name}.yaml")
-                                   .attention, settings)}
-            for name, settings in entries]
-    return [(name, cfg.model.pattern[i][name]) for i, (name, _) in enumerate(entries)]
 
 
 def attention_factories(cfg: DictConfig) -> Any:
@@ -159,41 +135,43 @@ def build_loggers(cfg: DictConfig) -> list[Logger]:
     return loggers
 
 
-def build_module(
-    cfg: DictConfig, commit: str | None
-) -> tuple[LightningDataModule, ClassificationModule, dict[str, Any]]:
-    """The datamodule (its constructor: no data is read), the LightningModule and the run's
-    identity (checkpoint_identity.run_identity, with the code's `commit`) of a config: what a
-    checkpoint of its run holds, built without loggers or a trainer."""
+def build_module(cfg: DictConfig) -> tuple[LightningDataModule, ClassificationModule]:
+    """The datamodule (its constructor: no data is read) and the LightningModule of a config:
+    what a checkpoint of its run holds, built without loggers or a trainer. Building writes the
+    settings it resolves into `cfg` (build_model), so the run's identity
+    (checkpoint_identity.run_identity) is taken from `cfg` after this."""
     datamodule = instantiate_group(cfg.data, "data")
     model = build_model(cfg, datamodule)
-    identity = run_identity(cfg, commit)
     optim = instantiate_group(cfg.optim, "optim", _convert_="all")
     module = ClassificationModule(model, optim, datamodule.num_classes, datamodule.head_kind)
-    return datamodule, module, identity
+    return datamodule, module
 
 
-def build_components(
-    cfg: DictConfig, output_dir: Path, commit: str | None, precision: str
-) -> Components:
-    """Build every object of a checked config's run (no data is loaded yet), and the run's
-    identity (checkpoint_identity.run_identity, with the code's `commit`), which goes into every
-    checkpoint; `precision` is the one the launch checks resolved (launch.check_launch)."""
-    seed_everything(cfg.seed, workers=True)
-    datamodule, module, identity = build_module(cfg, commit)
-    # Missing data that will not be downloaded or generated: said now, with the command that
-    # gets it, before loggers start a W&B run for a training that cannot happen.
-    datamodule.check_available()
+@dataclass
+class TrainerParts:
+    """The trainer of a run and the callbacks the run reads after fitting."""
+
+    trainer: Trainer
+    perf: PerfMonitor
+    signals: SaveOnSignal
+
+
+def build_trainer(
+    cfg: DictConfig, module: ClassificationModule, output_dir: Path, precision: str,
+    identity: dict[str, Any],
+) -> TrainerParts:
+    """The loggers, callbacks and trainer of a checked config's run around its built `module`
+    (compiled here when model.compile is set); `precision` is the one the launch checks resolved
+    (launch.check_launch), `identity` the run's (checkpoint_identity.run_identity), written into
+    every checkpoint."""
     if cfg.model.get("compile"):
         # In place: the state_dict keeps its keys.
         module.model.compile(backend=str(cfg.model.compile))
-    # The Hydra choices (config.yaml): two presets of one attention class stay apart.
-    task, attention = str(cfg.task_name), str(cfg.attention_name)
-
     loggers = build_loggers(cfg)
     perf = PerfMonitor()
     # Always on: no checkpoint with NaN/inf state is written; SIGTERM/SIGINT save one.
-    guard = FiniteCheckpointGuard(attention, module.optim_settings.lr)
+    # The Hydra choices (config.yaml): two presets of one attention class stay apart.
+    guard = FiniteCheckpointGuard(str(cfg.attention_name), module.optim_settings.lr)
     signals = SaveOnSignal(output_dir / "checkpoints")
     callbacks = [
         instantiate_group(node, f"callbacks.{key}")
@@ -217,18 +195,20 @@ def build_components(
     trainer = instantiate_group(
         cfg.trainer, "trainer", **dict(zip(TRAINER_ARGS, injected, strict=True))
     )
-    for logger in loggers:
-        logger.log_hyperparams(logged_config(cfg, task, attention, precision))
-    return Components(datamodule, module, trainer, perf, precision, signals, identity)
+    return TrainerParts(trainer, perf, signals)
 
 
-def logged_config(cfg: DictConfig, task: str, attention: str, precision: str) -> dict[str, Any]:
-    """The resolved config as loggers get it, with `task` and `attention` names at the top level
-    and `seed`, `debug`, `sweep` (what runs are grouped and filtered by, scripts/compare.py
-    --wandb reads them); the
-    attention group's settings move to
-    `attention_config`, and trainer.precision is the one actually used."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["attention_config"] = resolved.pop("attention")
-    resolved["trainer"]["precision"] = precision
-    return {**resolved, **run_names(cfg), "task": task, "attention": attention}
+def build_components(
+    cfg: DictConfig, output_dir: Path, commit: str | None, precision: str
+) -> Components:
+    """Every object of a checked config's run, for code that builds a run without training it
+    (studies.step_profile, tests): seed, build_module, the identity, build_trainer, the loggers
+    told the config, as run.train does step by step. No data is loaded or checked."""
+    seed_everything(cfg.seed, workers=True)
+    datamodule, module = build_module(cfg)
+    identity = run_identity(cfg, commit)
+    parts = build_trainer(cfg, module, output_dir, precision, identity)
+    for logger in parts.trainer.loggers:
+        logger.log_hyperparams(logged_config(cfg, precision))
+    return Components(datamodule, module, parts.trainer, parts.perf, precision, parts.signals,
+                      identity)

@@ -18,7 +18,8 @@ from linarena.attention.layers.base import takes_score_bias
 from linarena.errors import ConfigError
 from linarena.models.positions import check_positions_kind, check_takes_score_bias
 from linarena.models.transformer import repeat_pattern
-from linarena.training.build import BUILD_KEYS, INJECTED, pattern_attentions
+from linarena.training.build import BUILD_KEYS, INJECTED
+from linarena.training.pattern_config import pattern_attentions
 
 
 def target_of(node: DictConfig, group: str) -> Callable[..., Any]:

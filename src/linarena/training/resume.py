@@ -227,15 +227,6 @@ def finished(cfg: DictConfig, resume: Resume | None) -> bool:
     return resume is not None and max_steps is not None and 0 < max_steps <= resume.step
 
 
-def begin_resume(
-    output_dir: Path, resume: Resume, module: torch.nn.Module, identity: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Check that the checkpoint continues this run (check_checkpoint_fits), then append the
-    resume to the history; returns the whole history."""
-    check_checkpoint_fits(resume.checkpoint, module, identity, resume)
-    return append_history(output_dir, resume)
-
-
 def append_history(output_dir: Path, resume: Resume) -> list[dict[str, Any]]:
     """Append this resume to <output_dir>/resume_history.yaml; returns the whole history."""
     path = output_dir / HISTORY_FILE

@@ -1,6 +1,7 @@
 """One training run, top to bottom: restore (a resumed run's own config), check (keys and
-values, launch, memory), build, fit, test, summarise (summary.json, the loggers, where things
-are)."""
+values, launch, memory; nothing of the run is built), build (data module and model, then, once
+the data and any checkpoint to start from are known to fit, loggers, callbacks and trainer;
+building checks nothing), fit, test, summarise (summary.json, the loggers, where things are)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch import Trainer
+from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
@@ -18,13 +19,13 @@ from linarena.attention.backends import backend_used
 from linarena.errors import NonFiniteStateError
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.system import code_version, machine
-from linarena.training.build import build_components, build_module
-from linarena.training.checkpoint_identity import checkpoint_run_folder
+from linarena.training.build import build_module, build_trainer
+from linarena.training.checkpoint_identity import checkpoint_run_folder, run_identity
 from linarena.training.config_checks import check_config, fit_validation_interval
 from linarena.training.launch import check_launch
 from linarena.training.memory import check_memory
 from linarena.training.resume import (
-    begin_resume,
+    append_history,
     check_checkpoint_fits,
     load_initial_weights,
     restore_run_config,
@@ -34,6 +35,7 @@ from linarena.training.summary import (
     SUMMARY_FILE,
     build_summary,
     comparison_row,
+    logged_config,
     read_summary,
     results_line,
     write_summary,
@@ -51,13 +53,14 @@ def train(cfg: DictConfig) -> float:
     # machine, so a comparison can tell a slow run from one starved by other processes.
     started_cpu = time.process_time()
     output_dir = Path(cfg.paths.output_dir).resolve()
+    commit = code_version()
 
     # Restore: a resumed run continues with its own saved config plus the allowed changes.
     cfg, resume = restore_run_config(cfg, output_dir)
     if resume is not None and resume.finished:
         # Nothing left to train, but a checkpoint of another run is still refused.
-        _, module, identity = build_module(cfg, code_version())
-        check_checkpoint_fits(resume.checkpoint, module, identity, resume)
+        _, module = build_module(cfg)
+        check_checkpoint_fits(resume.checkpoint, module, run_identity(cfg, commit), resume)
         return report_finished(cfg, checkpoint_run_folder(resume.checkpoint), resume.checkpoint,
                                resume.step)
 
@@ -71,22 +74,32 @@ def train(cfg: DictConfig) -> float:
     precision = check_launch(cfg.trainer)
     check_memory(cfg, str(cfg.trainer.accelerator))
 
-    # Build; a checkpoint to continue must have been written by this run.
-    commit = code_version()
-    parts = build_components(cfg, output_dir, commit, precision)
-    trainer = parts.trainer
-    ckpt_path = None if resume is None else str(resume.checkpoint)
-    history = []
+    # Build the data module and the model (no data is read yet); the run's identity is the
+    # config as built (build_model writes what it resolves into cfg).
+    seed_everything(cfg.seed, workers=True)
+    datamodule, module = build_module(cfg)
+    identity = run_identity(cfg, commit)
+    # Missing data that will not be downloaded or generated, and a checkpoint that is not this
+    # run's (ckpt_path) or not this model's (init_weights): said now, before loggers start a
+    # W&B run for a training that cannot happen.
+    datamodule.check_available()
     if resume is not None:
-        history = begin_resume(output_dir, resume, parts.module, parts.identity)
+        check_checkpoint_fits(resume.checkpoint, module, identity, resume)
     elif cfg.get("init_weights"):  # a resumed run's weights come from its own checkpoint
-        load_initial_weights(Path(cfg.init_weights), parts.module, parts.identity)
+        load_initial_weights(Path(cfg.init_weights), module, identity)
+    # Then the loggers, callbacks and trainer around them.
+    parts = build_trainer(cfg, module, output_dir, precision, identity)
+    trainer = parts.trainer
+    for logger in trainer.loggers:
+        logger.log_hyperparams(logged_config(cfg, precision))
+    ckpt_path = None if resume is None else str(resume.checkpoint)
+    history = [] if resume is None else append_history(output_dir, resume)
 
     def run_fields() -> dict[str, Any]:
         """summary.json's facts about this run, finished or diverged."""
-        return {"output_dir": str(output_dir), "device": parts.module.device.type,
-                "attention_backend": backend_used(parts.module), "commit": commit,
-                "machine": machine(parts.module.device.type),
+        return {"output_dir": str(output_dir), "device": module.device.type,
+                "attention_backend": backend_used(module), "commit": commit,
+                "machine": machine(module.device.type),
                 "world_size": parts.perf.world_size,
                 "global_step": trainer.global_step,
                 "duration_s": round(time.monotonic() - started, 1),
@@ -94,13 +107,12 @@ def train(cfg: DictConfig) -> float:
 
     # Fit, then test the best (or last) weights.
     try:
-        trainer.fit(parts.module, datamodule=parts.datamodule, ckpt_path=ckpt_path,
-                    weights_only=True)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         # Read before testing: loading the best checkpoint would restore an older maximum.
-        best_val = parts.module.val_acc_best.compute().item()
+        best_val = module.val_acc_best.compute().item()
         tested_ckpt = checkpoint_to_test(trainer, str(cfg.get("test_checkpoint", "best")))
         tested = trainer.test(
-            parts.module, datamodule=parts.datamodule, ckpt_path=tested_ckpt, weights_only=True
+            module, datamodule=datamodule, ckpt_path=tested_ckpt, weights_only=True
         )
     except SIGTERMException:  # SIGTERM or SIGINT, while training or testing (signals.py)
         raise parts.signals.stopped(trainer, output_dir) from None
@@ -108,7 +120,7 @@ def train(cfg: DictConfig) -> float:
         # A diverged run is a result (this lr fails), not a missing one: its summary.json says
         # so, with no accuracy, so studies and comparisons count it instead of rerunning it.
         if trainer.is_global_zero:
-            write_summary(output_dir, build_summary(cfg, parts.precision, {}, {
+            write_summary(output_dir, build_summary(cfg, precision, {}, {
                 **run_fields(), "tested_checkpoint": None, "diverged": str(err)}))
         raise
 
@@ -121,7 +133,7 @@ def train(cfg: DictConfig) -> float:
         **{key: value for key, value in tested[0].items() if key.startswith("test/acc_")},
     }
     if trainer.is_global_zero:
-        summary = build_summary(cfg, parts.precision, metrics, {
+        summary = build_summary(cfg, precision, metrics, {
             **run_fields(), "tested_checkpoint": "last" if tested_ckpt is None else "best"})
         summary |= logger_fields(trainer.loggers)
         write_summary(output_dir, summary)

@@ -185,3 +185,14 @@ def results_line(summary: dict[str, Any]) -> str:
             f"{number(VAL_ACC_BEST.key, '.4f')}, {number(TOKENS_PER_SEC.key, ',.0f')} tokens/s"
             f"{over}, peak memory {number(PEAK_MEMORY_MB.key, ',.0f')} MB, "
             f"{summary['duration_s']} s")
+
+
+def logged_config(cfg: DictConfig, precision: str) -> dict[str, Any]:
+    """The resolved config as loggers get it when the run starts, with the names a run is
+    compared by at the top level (run_names: `task`, `attention`, `seed`, `debug`, `sweep`;
+    scripts/compare.py --wandb reads them); the attention group's settings move to
+    `attention_config`, and trainer.precision is the one actually used."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["attention_config"] = resolved.pop("attention")
+    resolved["trainer"]["precision"] = precision
+    return {**resolved, **run_names(cfg)}
