@@ -40,7 +40,7 @@ from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpe
 from linarena.analysis.bench_runner import read_benchmark_csv, run_benchmark, write_csv_atomic
 from linarena.analysis.plots import plot_benchmark
 from linarena.analysis.provenance import command_line, record
-from linarena.attention.backends import BACKENDS
+from linarena.attention.engine.backend import BACKENDS
 from linarena.attention.variants import check_variant_names, variant_names
 from linarena.errors import LinarenaError
 
@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replot", action="store_true",
                         help="only redraw benchmark_model.png from the CSV in --out (no timing)")
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="attention.backend of every layer (linarena.attention.backends); "
+                        help="attention.backend of every layer "
+                             "(linarena.attention.engine.backend); "
                              "a variant that cannot honour it gets an error row saying why")
     parser.add_argument("--conf-dir", type=Path, default=REPO_ROOT / "conf",
                         help="Hydra config folder holding attention/<name>.yaml")

@@ -1,4 +1,4 @@
-"""The feature maps' chunked kernels (attention/kernels/) at chunk budgets small enough that a
+"""The feature maps' chunked kernels (attention/engine/linear/) at chunk budgets small enough that a
 short input spans several bidirectional chunks and several causal blocks of several chunks,
 with a last partial chunk: outputs, gradients and the causal state against the float64
 references; and a map with trainable parameters and no vjp, differentiated per chunk by
@@ -13,7 +13,7 @@ from helpers.attention import FEATURE_MAP_VARIANTS, build, inputs, padding_mask,
 from torch import Tensor, nn
 
 from linarena.attention import FeatureMap, LinearAttention
-from linarena.attention.kernels import common
+from linarena.attention.engine import common
 
 LENGTH = 37
 

@@ -1,6 +1,6 @@
 """Every variant of conf/attention/ and both modes against a float64 quadratic reference, plus
 padding, causality, the recurrent form and gradients; the built-in variants also against the
-papers' formulas (tests/helpers/attention_reference.py)."""
+papers' formulas (linarena/attention/engine/linear/naive.py)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from helpers.attention import (
     padding_mask,
     quadratic_reference,
 )
-from helpers.attention_reference import (
-    cosformer_reference,
-    elu_reference,
-    performer_reference,
-    softmax_reference,
-)
 
 from linarena.attention import (
     CosformerAttention,
     EluAttention,
     PerformerAttention,
     SoftmaxAttention,
+)
+from linarena.attention.engine.linear.naive import (
+    cosformer_reference,
+    elu_reference,
+    performer_reference,
+    softmax_reference,
 )
 
 
@@ -60,7 +60,8 @@ def test_matches_float64_reference(name, causal, masked):
     assert torch.isfinite(out).all()
 
 
-BUILTINS = {  # the papers' formulas, written apart from the library (attention_reference.py)
+# The papers' formulas, written apart from the kernels (linarena.attention.engine.linear.naive).
+BUILTINS = {
     "softmax": (lambda c: SoftmaxAttention(HEAD_DIM, causal=c),
                 lambda a, q, k, v, m: softmax_reference(q, k, v, m, a.causal)),
     "elu": (lambda c: EluAttention(HEAD_DIM, causal=c, chunk_size=8),

@@ -20,7 +20,7 @@ from helpers.attention import (
 )
 from torch import Tensor, nn
 
-from linarena.attention.ops import delta_rule, gated_linear_attention
+from linarena.attention.engine import delta_rule, gated_linear_attention
 
 BATCH, LENGTH = 2, 12
 REAL = [LENGTH, 7]  # the second sequence has 5 padded positions

@@ -7,7 +7,6 @@ import itertools
 import pytest
 import torch
 from helpers.attention import FEATURE_MAP_VARIANTS, VARIANTS, build, inputs, padding_mask
-from helpers.attention_reference import softmax_reference
 
 from linarena.attention import (
     CosformerAttention,
@@ -15,6 +14,7 @@ from linarena.attention import (
     PerformerAttention,
     SoftmaxAttention,
 )
+from linarena.attention.engine.linear.naive import softmax_reference
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -35,8 +35,12 @@ def test_autocast_long_sequence_is_finite_and_close_to_fp32(name, causal, dtype)
     assert out.dtype == dtype
     assert torch.isfinite(out).all()
     error = (out.float() - exact).abs()
-    # Half precision rounds the output itself by up to 2^-9 (bf16) relative.
-    assert error.max() < 2e-2 and error.mean() < 3e-3, (error.max(), error.mean())
+    # Half precision rounds the output itself by up to 2^-9 (bf16) relative, and the inputs of its
+    # sums as much: the error scales with the output's magnitude, which only a normalised output
+    # (softmax, a denominator, a norm) keeps near 1 (a core with output_norm=none has none).
+    magnitude = max(exact.abs().max().item(), 1.0)
+    assert error.max() < 2e-2 * magnitude and error.mean() < 3e-3 * magnitude, (
+        error.max(), error.mean(), magnitude)
 
 
 @pytest.mark.parametrize("name", FEATURE_MAP_VARIANTS)

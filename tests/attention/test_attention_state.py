@@ -21,7 +21,7 @@ from linarena.attention import (
     PerformerAttention,
     SlidingWindowAttention,
 )
-from linarena.attention.kernels.common import lowest
+from linarena.attention.engine.common import lowest
 from linarena.attention.recurrent import RetNetAttention
 
 

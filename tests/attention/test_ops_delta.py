@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers.attention import assert_close_float64, padding_mask
-from helpers.ops_reference import recurrence
 
-from linarena.attention.ops import delta_rule
+from linarena.attention.engine import delta_rule
+from linarena.attention.engine.gated.naive import recurrence
 
 BATCH, HEADS, LENGTH, DIM = 2, 2, 37, 8
 

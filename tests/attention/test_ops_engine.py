@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers.attention import assert_close_float64
-from helpers.ops_reference import gla_quadratic, recurrence
 
-import linarena.attention.kernels.common as kernel_common
-from linarena.attention.ops import delta_rule, gated_linear_attention
+import linarena.attention.engine.common as kernel_common
+from linarena.attention.engine import delta_rule, gated_linear_attention
+from linarena.attention.engine.gated.naive import gla_quadratic, recurrence
 
 BATCH, HEADS, DIM = 2, 2, 8
 

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from helpers.fla_reference import reference_kernels
 
-from linarena.attention.ops import delta_rule, fla, gated_linear_attention
+from linarena.attention.engine import backend as fla
+from linarena.attention.engine import delta_rule, gated_linear_attention
 
 pytest.importorskip("fla")
 

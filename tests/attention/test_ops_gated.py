@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.attention import assert_close_float64, padding_mask
-from helpers.ops_reference import gla_quadratic, recurrence
 
-from linarena.attention.ops import gated_linear_attention
+from linarena.attention.engine import gated_linear_attention
+from linarena.attention.engine.gated.naive import gla_quadratic, recurrence
 
 BATCH, HEADS, LENGTH, DIM = 2, 2, 37, 8
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from linarena.attention.ops import delta_rule, gated_linear_attention
+from linarena.attention.engine import delta_rule, gated_linear_attention
 
 
 def case(op: str, length=16, dim=8, dtype=torch.float32, seed=0):

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.attention import build, inputs, padding_mask
-from helpers.attention_reference import softmax_reference
 from helpers.data_fixtures import write_imdb_folder
 from helpers.training import compose_config
 from hydra.core.hydra_config import HydraConfig
 
 from linarena.attention import SlidingWindowAttention
+from linarena.attention.engine.linear.naive import softmax_reference
 from linarena.models.positions import RotaryPositions
 from linarena.training import train
 

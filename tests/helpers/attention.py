@@ -1,6 +1,7 @@
-"""Shared attention-test helpers: the variants of conf/attention/, inputs, and float64
-references: quadratic attention with phi from each map's own feature function, and the
-token-by-token recurrence (helpers/ops_reference.py) on the inputs a RecurrentAttention gives it.
+"""Shared attention-test plumbing: the variants of conf/attention/, inputs, and the float64
+references applied to a module: quadratic attention with phi from each map's own feature
+function, and the token-by-token recurrence (linarena.attention.engine.gated.naive) on the
+inputs a RecurrentAttention gives it.
 
 A new file in conf/attention/ gets every generic attention test with no test edited.
 """
@@ -12,9 +13,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from helpers.attention_reference import allowed_pairs
-from helpers.ops_reference import recurrence
 from linarena.attention import LinearAttention
+from linarena.attention.engine.gated.naive import recurrence
+from linarena.attention.engine.linear.naive import allowed_pairs
 from linarena.attention.layers import build_attention
 from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.variants import is_layer, is_linear, load_variant, variant_names
@@ -148,7 +149,7 @@ def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
 
 
 def recurrence_reference(attn: RecurrentAttention, r, mask=None) -> Tensor:
-    """tests/ops_reference.py's recurrence on r (a Recurrence), then attn's output(): each
+    """engine/gated/naive.py's recurrence on r (a Recurrence), then attn's output(): each
     sequence on its own, cut to its real tokens (so padding never enters the state)."""
     batch, _, length, _ = r.q.shape
     lengths = [length] * batch if mask is None else mask.sum(-1).tolist()

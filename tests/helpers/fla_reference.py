@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from linarena.attention.ops import fla
+from linarena.attention.engine import backend as fla
 
 
 def naive(module: str):

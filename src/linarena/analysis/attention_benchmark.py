@@ -42,7 +42,7 @@ from linarena.analysis.bench_runner import run_round_robin, write_csv_atomic
 from linarena.analysis.performer_error import approximation_errors, error_table
 from linarena.analysis.provenance import REPO_ROOT, command_line, record
 from linarena.analysis.timing import peak_allocated_mb
-from linarena.attention.backends import BACKENDS
+from linarena.attention.engine.backend import BACKENDS
 from linarena.attention.variants import (
     check_variant_names,
     is_layer,

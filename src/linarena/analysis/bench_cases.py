@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from linarena.analysis.timing import is_out_of_memory, time_fn
-from linarena.attention.backends import backend_used
+from linarena.attention.engine.backend import backend_used
 from linarena.attention.layers import AttentionLayer, build_attention
 from linarena.attention.variants import load_variant
 from linarena.models import TransformerClassifier

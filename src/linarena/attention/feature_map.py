@@ -10,11 +10,11 @@ A map turns q or k of shape (batch, heads, n, head_dim) into features phi of sha
         def forward(self, x: Tensor) -> Tensor:
             return torch.relu(x) ** 2
 
-The kernels (attention/kernels/) apply the map chunk by chunk (attention/features.py) and supply
-the rest: padding, causal masking, chunking, the recurrent step, float32 state under autocast,
-torch.compile, and gradients (recomputing phi per chunk in the backward pass). Maps that need more
-override the optional methods below; every one has a default that a plain map never needs to
-touch.
+The kernels (attention/engine/linear/) apply the map chunk by chunk (attention/features.py)
+and supply the rest: padding, causal masking, chunking, the recurrent step, float32 state under
+autocast, torch.compile, and gradients (recomputing phi per chunk in the backward pass).
+Maps that need more override the optional methods below; every one has a default that a plain
+map never needs to touch.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """LinearAttention: one module for every kernelised variant, composed of a FeatureMap (the
-variant) and the kernels (the algorithm, attention/kernels/), which apply the map chunk by chunk
-(attention/features.py)."""
+variant) and the kernels (the algorithm, attention/engine/linear/), which apply the map chunk by
+chunk (attention/features.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.backends import check_backend
+from linarena.attention.engine.backend import check_backend
+from linarena.attention.engine.common import compute_dtype
+from linarena.attention.engine.linear import TORCH, LinearAttentionState
 from linarena.attention.feature_map import FeatureMap
 from linarena.attention.features import ChunkFeatures, MapFeaturesCall
-from linarena.attention.kernels import TORCH, LinearAttentionState
-from linarena.attention.ops.common import compute_dtype
 from linarena.attention.recurrent.output_norm import OutputNorm
 from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import (
@@ -42,9 +42,9 @@ class LinearAttention(nn.Module):
             for maps whose features never all vanish.
         chunk_size: tokens per chunk of the causal algorithm (exact attention inside a chunk,
             a carried state across chunks).
-        backend: "auto" or "torch": linarena's chunked kernels (attention/kernels/) on every
+        backend: "auto" or "torch": linarena's chunked kernels (attention/engine/linear/) on every
             device; "fla" is refused, fla-core has no kernel for feature maps (see
-            linarena.attention.backends).
+            linarena.attention.engine.backend).
         output_norm: "denominator" (the division above, only) or "rms" / "group": that
             division, then an RMS or group norm of each head's output, as the gated variants
             use (linarena.attention.recurrent.output_norm).
@@ -94,7 +94,7 @@ class LinearAttention(nn.Module):
                       "fla-core has no kernel for feature-map attention (linarena's chunked "
                       "kernels run it on every device)")
         self.backend = backend
-        self.backend_used: str | None = None  # "torch" once called (see backends.py)
+        self.backend_used: str | None = None  # "torch" once called (see engine/backend.py)
         self.kernels = TORCH
         self.head_dim = head_dim
         self.causal = causal

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from linarena.attention.backends import check_backend
+from linarena.attention.engine.backend import check_backend
 from linarena.attention.rotation import Rotation, ScoreBias, rotate_from
 from linarena.attention.validation import (
     check_attention_inputs,
@@ -41,7 +41,7 @@ class ExactAttention(nn.Module):
         self.causal = causal
         self.dropout = dropout
         self.backend = backend
-        self.backend_used: str | None = None  # "torch" once called (see backends.py)
+        self.backend_used: str | None = None  # "torch" once called (see engine/backend.py)
         self.rotary = rotary
         self.score_bias = score_bias
 

@@ -15,7 +15,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
-from linarena.attention.backends import backend_used
+from linarena.attention.engine.backend import backend_used
 from linarena.errors import NonFiniteStateError
 from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
 from linarena.system import code_version, machine

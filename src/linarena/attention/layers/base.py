@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.backends import check_backend, fla_installed
-from linarena.attention.kernels import LinearAttentionState
-from linarena.attention.kernels.common import lowest
-from linarena.attention.ops import delta_rule, fla, gated_linear_attention
-from linarena.attention.ops.common import compute_dtype
+from linarena.attention.engine import delta_rule, gated_linear_attention
+from linarena.attention.engine.backend import check_backend, fla_installed, runs_fla
+from linarena.attention.engine.common import compute_dtype, lowest
+from linarena.attention.engine.linear import LinearAttentionState
 from linarena.attention.recurrent.core import linear
 from linarena.attention.rotation import Rotation, ScoreBias
 from linarena.attention.sliding_window import WindowState
@@ -83,7 +82,8 @@ class AttentionLayer(nn.Module):
     Args:
         d_model, num_heads: the model's width and heads (model.d_model, model.num_heads).
         causal: position i sees positions <= i only.
-        backend: "auto", "torch" or "fla" for the layer's recurrence (linarena.attention.backends).
+        backend: "auto", "torch" or "fla" for the layer's recurrence
+            (linarena.attention.engine.backend).
         rotary: relative positions (model.positions=rope), applied to the q and k the layer's
             recurrence or attention sees; None: no rotation.
     """
@@ -108,7 +108,7 @@ class AttentionLayer(nn.Module):
         self.causal = causal
         self.backend = backend
         self.rotary = rotary
-        self.backend_used: str | None = None  # of the last forward call (see backends.py)
+        self.backend_used: str | None = None  # of the last forward call (see engine/backend.py)
         # backend="auto": whether a call may run fla's kernels (its device and dtype then say).
         self._auto_fla = backend == "auto" and causal and fla_installed()
 
@@ -173,8 +173,8 @@ class AttentionLayer(nn.Module):
     def runs_fla(self, dtype: torch.dtype, device: torch.device, *, delta: bool) -> bool:
         """Whether a forward call whose recurrence inputs are of `dtype` (the projections'
         output: the autocast dtype in a mixed-precision run) on `device` runs fla's kernels
-        (fla.runs_fla, the rule of the cores too)."""
-        return fla.runs_fla(type(self).__name__, self.backend, self._auto_fla, dtype, device,
+        (runs_fla, the rule of the cores too)."""
+        return runs_fla(type(self).__name__, self.backend, self._auto_fla, dtype, device,
                             delta=delta)
 
     def check_call(self, x: Tensor, mask: Tensor | None, initial_state: LayerState | None,

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from linarena.attention.backends import check_backend
-from linarena.attention.kernels import LinearAttentionState
+from linarena.attention.engine.backend import check_backend
+from linarena.attention.engine.linear import LinearAttentionState
 from linarena.attention.layers.base import AttentionLayer, LayerCall
 from linarena.attention.layers.conv import CausalConv
 from linarena.attention.linear import LinearAttention

@@ -1,7 +1,7 @@
 """The DeltaNet layer (Yang, Wang, Shen, Panda, Kim 2024, "Parallelizing Linear Transformers with
 the Delta Rule over Sequence Length"), whole, with the defaults of flash-linear-attention
 0.6.0's fla.layers.DeltaNet: its projections, short convolutions, output norm and projection
-around the delta rule (linarena.attention.ops.delta_rule)."""
+around the delta rule (linarena.attention.engine.delta_rule)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class DeltaNetLayer(AttentionLayer):
     Defaults as fla.layers.DeltaNet (0.6.0): expand_k = expand_v = 1 (head_k_dim = head_v_dim =
     d_model / num_heads), short convs of 4 taps without bias, use_gate=False (then a plain
     RMSNorm), no biases. Bidirectional (causal=False, for LRA): the delta rule runs forwards
-    and backwards (linarena.attention.ops.delta_rule), while the short convolutions stay causal,
+    and backwards (linarena.attention.engine.delta_rule), while the short convolutions stay causal,
     as published. Padded tokens are zeroed before the projections, so they reach no real output
     and no gradient; right padding is needed for return_state (the conv caches).
 

@@ -31,7 +31,7 @@ class GatedProjectionLayer(AttentionLayer):
     = d_model * expand_k), v, g = x W_v, x W_g (value_dim = d_model * expand_v), split into
     num_heads heads; S_t = diag(exp(log_gate_t)) S_{t-1} + k_t v_t^T, o_t = S_t^T q_t /
     sqrt(head_k_dim) per head (bidirectional: plus the same recurrence run backwards,
-    linarena.attention.ops.gated_linear_attention). A subclass gives the log gates and may
+    linarena.attention.engine.gated_linear_attention). A subclass gives the log gates and may
     rotate q and k (`rotate`).
 
     Dtypes as RecurrentAttention: the q, k, v, g and output projections run in the caller's

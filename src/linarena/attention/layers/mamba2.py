@@ -41,7 +41,7 @@ class Mamba2Layer(AttentionLayer):
     state_size defaults to 2 * head_dim (the paper's ratio); at d_model 128 and 4 heads these are
     the paper's 64 and 128. n_groups > 1 and dt limits are not offered.
 
-    Bidirectional (causal=False): the SSD recurrence runs both ways (linarena.attention.ops);
+    Bidirectional (causal=False): the SSD recurrence runs both ways (linarena.attention.engine);
     the short convolution stays causal (it mixes the last conv_size tokens, as in the paper).
     rotary (model.positions=rope) rotates C and B (the q and k the recurrence sees) per head.
 

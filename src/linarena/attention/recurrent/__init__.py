@@ -1,5 +1,5 @@
 """Linear attentions whose state decays, is gated by the token or is rewritten by the delta
-rule, on linarena.attention.ops: RetNet, GLA, Mamba-2 (SSD), DeltaNet, Gated DeltaNet."""
+rule, on linarena.attention.engine: RetNet, GLA, Mamba-2 (SSD), DeltaNet, Gated DeltaNet."""
 
 from linarena.attention.recurrent.core import RecurrentAttention, RecurrentState
 from linarena.attention.recurrent.deltanet import DeltaNetAttention

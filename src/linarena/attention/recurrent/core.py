@@ -1,6 +1,6 @@
 """RecurrentAttention: the base of the attentions whose state decays, is gated or is rewritten
 by the delta rule (RetNet, GLA, Mamba-2, DeltaNet, Gated DeltaNet), on the functional ops of
-linarena.attention.ops.
+linarena.attention.engine.
 
 A variant is one subclass that says how its recurrence's inputs come from q, k, v and the token:
 `recurrence(q, k, v, x)` returns the q, k, v the state sees, the log gates (<= 0) and, for the
@@ -20,9 +20,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from linarena.attention.backends import check_backend, fla_installed
-from linarena.attention.ops import delta_rule, fla, gated_linear_attention
-from linarena.attention.ops.common import compute_dtype
+from linarena.attention.engine.backend import check_backend, fla_installed, runs_fla
+from linarena.attention.engine import delta_rule, gated_linear_attention
+from linarena.attention.engine.common import compute_dtype
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
 from linarena.attention.rotation import Rotation, rotate_from
 from linarena.attention.validation import (
@@ -79,7 +79,7 @@ def head_projection(x: Tensor, layer: nn.Linear) -> Tensor:
 
 class RecurrentAttention(nn.Module):
     """out_t = norm(scale * S_t^T q_t), S_t = exp(g_t) S_{t-1} + k_t v_t^T (or the delta rule);
-    bidirectional: plus the same recurrence run backwards (linarena.attention.ops).
+    bidirectional: plus the same recurrence run backwards (linarena.attention.engine).
 
     Inputs of any floating dtype are computed in float32 (float64 stays float64) with autocast
     off; the output is cast back.
@@ -92,7 +92,7 @@ class RecurrentAttention(nn.Module):
             "group" or "none" (linarena.attention.recurrent.output_norm).
         num_heads: heads of the per-head parameters (None: the core has none).
         d_model: the width of the token x the core reads (None: it reads none).
-        backend: "auto", "torch" or "fla" (linarena.attention.backends): fla-core's chunked
+        backend: "auto", "torch" or "fla" (linarena.attention.engine.backend): fla-core's chunked
             kernels for causal forward calls on CUDA, in the inputs' dtype (bf16 / fp16 under
             autocast) with float32 states; "auto" takes them when fla is installed and has a
             kernel for the dtype (no float64; the delta rule's need bf16 / fp16). step() always
@@ -123,7 +123,7 @@ class RecurrentAttention(nn.Module):
         self.backend = backend
         # backend="auto": whether a call may run fla's kernels (then its device and dtype say).
         self._auto_fla = backend == "auto" and causal and fla_installed()
-        self.backend_used: str | None = None  # of the last forward call (see backends.py)
+        self.backend_used: str | None = None  # of the last forward call (see engine/backend.py)
         self.head_dim = head_dim
         self.causal = causal
         self.num_heads = num_heads
@@ -240,8 +240,8 @@ class RecurrentAttention(nn.Module):
 
     def _runs_fla(self, v: Tensor) -> bool:
         """Whether a forward call on v (batch, heads, n, head_dim) runs fla's kernels
-        (fla.runs_fla)."""
-        return fla.runs_fla(type(self).__name__, self.backend, self._auto_fla, v.dtype, v.device,
+        (runs_fla)."""
+        return runs_fla(type(self).__name__, self.backend, self._auto_fla, v.dtype, v.device,
                             delta=self.delta_rule)
 
     def _op(self, r: Recurrence, mask: Tensor | None, causal: bool,

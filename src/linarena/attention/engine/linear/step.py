@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from linarena.attention.engine.common import LinearAttentionState, eps_term, normalised
 from linarena.attention.features import ChunkFeatures
-from linarena.attention.kernels.common import LinearAttentionState, eps_term, normalised
 
 
 def recurrent_step(

@@ -6,8 +6,8 @@ from functools import partial
 
 from torch import Tensor
 
-from linarena.attention.ops.common import no_tokens, prepare, run_torch
-from linarena.attention.ops.gated_engine import gated_chunks
+from linarena.attention.engine.common import no_tokens, prepare, run_torch
+from linarena.attention.engine.gated.chunk import gated_chunks
 
 
 def gated_linear_attention(
@@ -31,7 +31,7 @@ def gated_linear_attention(
     decays by exp(g_{l+1})). Token i counts once, and o_i = scale * sum_j (q_i * k_j * D_ij) . v_j
     with D_ij = exp(g_{min(i,j)+1} + ... + g_{max(i,j)}), D_ii = 1.
 
-    Computed by chunks of `chunk_size` tokens (linarena.attention.ops.gated_engine): exact
+    Computed by chunks of `chunk_size` tokens (linarena.attention.engine.gated.chunk): exact
     attention with the decay inside a chunk (a (c, c) decay matrix for per-head gates, a
     hierarchy of matrix products for per-feature gates, never a (c, c, k_dim) tensor; every
     exponent <= 0, so any gate strength is exact), the state carried across chunks; the
@@ -44,7 +44,7 @@ def gated_linear_attention(
     return_state=True (causal only) also the final state (batch, heads, k_dim, v_dim) in the
     compute dtype, which initial_state of a next call continues from exactly; n = 0 gives an
     empty out and the initial state (zeros if None). backend="fla":
-    fla-core's Triton kernels (causal, CUDA; see linarena.attention.ops.fla).
+    fla-core's Triton kernels (causal, CUDA; see linarena.attention.engine.backend).
     """
     name = "gated_linear_attention"
     inputs = prepare(name, q, k, v, log_gate, None, causal=causal, scale=scale, mask=mask,
@@ -53,9 +53,9 @@ def gated_linear_attention(
     if q.shape[2] == 0:  # nothing to compute, on either backend (a chunked pass needs a token)
         return no_tokens(inputs, v, return_state)
     if backend == "fla":
-        from linarena.attention.ops import fla
+        from linarena.attention.engine.backend import gated_linear_attention_fla
 
-        return fla.gated_linear_attention_fla(inputs, gate_given=log_gate is not None,
-                                              causal=causal, return_state=return_state)
+        return gated_linear_attention_fla(inputs, gate_given=log_gate is not None,
+                                          causal=causal, return_state=return_state)
     engine = partial(gated_chunks, gated=log_gate is not None)
     return run_torch(inputs, engine, chunk_size, causal, v, return_state)

@@ -31,8 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from linarena.attention.buffers import write_into
-from linarena.attention.features import ChunkFeatures, ParamGrads, Pullback
-from linarena.attention.kernels.common import (
+from linarena.attention.engine.common import (
     LinearAttentionState,
     add_product,
     eps_slope,
@@ -41,6 +40,7 @@ from linarena.attention.kernels.common import (
     plain_weights,
     tokens_per_chunk,
 )
+from linarena.attention.features import ChunkFeatures, ParamGrads, Pullback
 
 
 def _blocks(length: int, size: int, per_block: int) -> list[tuple[int, int, int]]:

@@ -1,6 +1,6 @@
-"""float64 references for linarena.attention.ops, written from the papers' equations and sharing
-no code with the ops: no chunks, no cumulative sums, no masks (padding is tested against the
-unpadded sequence).
+"""float64 references for gated linear attention (and, given a beta, the delta rule:
+delta/naive.py), written from the papers' equations and sharing no code with the ops: no
+chunks, no cumulative sums, no masks (padding is tested against the unpadded sequence).
 
 Shapes: q, k (batch, heads, n, k_dim); v (batch, heads, n, v_dim); log_gate None,
 (batch, heads, n) or (batch, heads, n, k_dim); beta (batch, heads, n).

@@ -22,8 +22,7 @@ import torch
 from torch import Tensor
 
 from linarena.attention.buffers import Scratch, write_into
-from linarena.attention.features import ChunkFeatures, ParamGrads
-from linarena.attention.kernels.common import (
+from linarena.attention.engine.common import (
     add_product,
     chunk_bounds,
     eps_slope,
@@ -32,6 +31,7 @@ from linarena.attention.kernels.common import (
     plain_weights,
     tokens_per_chunk,
 )
+from linarena.attention.features import ChunkFeatures, ParamGrads
 
 
 def _values(scratch: Scratch, v: Tensor, weights: Tensor | None) -> Tensor:

@@ -13,7 +13,7 @@ start up to token t (<= 0, decreasing), last = cum of the chunk's last token, S 
 the chunk. Inside a chunk
     out_i = sum_{j <= i} (q_i * k_j * exp(cum_i - cum_j)) . v_j + (q_i * exp(cum_i)) . S
     S'    = diag(exp(last)) S + sum_j (k_j * exp(last - cum_j)) v_j^T,
-every exponent <= 0. The intra-chunk sum (linarena.attention.ops.decay_blocks) takes a (c, c)
+every exponent <= 0. The intra-chunk sum (decay_blocks.py, beside this file) takes a (c, c)
 decay matrix for per-head gates and a hierarchy of matrix products for per-feature gates.
 
 Gradient of the log gates: cum_t enters only as +cum_t beside q_t, -cum_t beside k_t, and as
@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from linarena.attention.ops.common import OpInputs, Pass, passes, reverse_cumsum
-from linarena.attention.ops.decay_blocks import intra_chunk, intra_chunk_backward
+from linarena.attention.engine.common import OpInputs, Pass, passes, reverse_cumsum
+from linarena.attention.engine.gated.decay_blocks import intra_chunk, intra_chunk_backward
 
 
 def _scaled(x: Tensor, factor: Tensor | None) -> Tensor:

@@ -9,7 +9,7 @@ kernels apply it chunk by chunk, where phi stays in cache, and recompute it in t
 passes. TORCH (bidirectional.py, chunked_causal.py, recurrent.py) is the only set and the
 reference any other would be tested against, with tests/helpers/attention.py's quadratic_reference
 as the short naive reference of all three. (fla-core has no kernel for feature maps; see
-linarena.attention.backends.)
+linarena.attention.engine.backend.)
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from linarena.attention.kernels.bidirectional import bidirectional
-from linarena.attention.kernels.chunked_causal import chunked_causal
-from linarena.attention.kernels.common import LinearAttentionState
-from linarena.attention.kernels.recurrent import recurrent_step
+from linarena.attention.engine.common import LinearAttentionState
+from linarena.attention.engine.linear.bidirectional import bidirectional
+from linarena.attention.engine.linear.chunk import chunked_causal
+from linarena.attention.engine.linear.step import recurrent_step
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from functools import partial
 
 from torch import Tensor
 
-from linarena.attention.ops.common import no_tokens, prepare, run_torch
-from linarena.attention.ops.delta_engine import delta_chunks
+from linarena.attention.engine.common import no_tokens, prepare, run_torch
+from linarena.attention.engine.delta.chunk import delta_chunks
 
 
 def delta_rule(
@@ -32,7 +32,7 @@ def delta_rule(
     absorbs token i (stepping back from l+1 to l decays by exp(g_{l+1})): token i counts once.
 
     Computed by chunks of `chunk_size` tokens in the WY / UT form (see
-    linarena.attention.ops.delta_engine): per chunk, T = (I + tril(diag(beta) (Gamma * K K^T),
+    linarena.attention.engine.delta.chunk): per chunk, T = (I + tril(diag(beta) (Gamma * K K^T),
     -1))^-1 by a unit-triangular solve (Gamma_ts = exp(G_t - G_s), G the log gates summed from
     the chunk's start), W = T diag(beta exp(G)) K and U = T diag(beta) V, so the chunk's updates
     are U - W S_0 given the state S_0 at its start. One autograd Function with a hand-written
@@ -44,7 +44,7 @@ def delta_rule(
     return_state=True (causal only) also the final state (batch, heads, k_dim, v_dim) in the
     compute dtype; n = 0 gives an empty out and the initial state (zeros if None).
     backend="fla": fla-core's Triton kernels (causal, CUDA; see
-    linarena.attention.ops.fla).
+    linarena.attention.engine.backend).
     """
     name = "delta_rule"
     inputs = prepare(name, q, k, v, log_gate, beta, causal=causal, scale=scale, mask=mask,
@@ -53,9 +53,9 @@ def delta_rule(
     if q.shape[2] == 0:  # nothing to compute, on either backend (a chunked pass needs a token)
         return no_tokens(inputs, v, return_state)
     if backend == "fla":
-        from linarena.attention.ops import fla
+        from linarena.attention.engine.backend import delta_rule_fla
 
-        return fla.delta_rule_fla(inputs, gate_given=log_gate is not None, causal=causal,
-                                  return_state=return_state)
+        return delta_rule_fla(inputs, gate_given=log_gate is not None, causal=causal,
+                              return_state=return_state)
     engine = partial(delta_chunks, gated=log_gate is not None)
     return run_torch(inputs, engine, chunk_size, causal, v, return_state)

@@ -1,0 +1,20 @@
+"""The engine: the computation of every linear recurrence, one folder per operation, fla's
+layout of files (chunk.py, the one-token step, naive.py side by side).
+
+  gated/   gated linear attention (RetNet, GLA, Mamba-2's SSD): op.py (the function, its
+           backend), chunk.py (the chunked kernel, decay_blocks.py its intra-chunk sums),
+           naive.py (float64 references: the token-by-token loop and the quadratic form).
+  delta/   the delta rule (DeltaNet, Gated DeltaNet): op.py, chunk.py, naive.py.
+  linear/  the kernel-map sums of the feature-map linear attentions: chunk.py (causal),
+           bidirectional.py, step.py (one token), naive.py (quadratic float64 references).
+  common.py   what the ops share: input checks, padding, dtypes, chunk layout, chunk budget.
+  backend.py  the one backend rule (auto / torch / fla) and fla-core's kernel calls.
+
+A recurrence's one-token step is its chunked op on one token (RecurrentAttention.step).
+Sliding-window attention is softmax over a band (not separable), so it has no engine folder.
+"""
+
+from linarena.attention.engine.delta.op import delta_rule
+from linarena.attention.engine.gated.op import gated_linear_attention
+
+__all__ = ["delta_rule", "gated_linear_attention"]
