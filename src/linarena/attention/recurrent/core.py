@@ -13,6 +13,8 @@ gated variant is this one module plus one YAML file in conf/attention/.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -20,8 +22,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from linarena.attention.engine.backend import check_backend, fla_installed, runs_fla
 from linarena.attention.engine import delta_rule, gated_linear_attention
+from linarena.attention.engine.backend import check_backend, fla_installed, runs_fla
 from linarena.attention.engine.common import compute_dtype
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
 from linarena.attention.rotation import Rotation, rotate_from
@@ -77,6 +79,9 @@ def head_projection(x: Tensor, layer: nn.Linear) -> Tensor:
     return torch.matmul(layer.weight.to(x.dtype), x.transpose(1, 2))
 
 
+_PLUMBING = ("backend", "rotary")  # what RecurrentAttention owns (see __init_subclass__)
+
+
 class RecurrentAttention(nn.Module):
     """out_t = norm(scale * S_t^T q_t), S_t = exp(g_t) S_{t-1} + k_t v_t^T (or the delta rule);
     bidirectional: plus the same recurrence run backwards (linarena.attention.engine).
@@ -110,7 +115,7 @@ class RecurrentAttention(nn.Module):
     delta_rule = False
 
     def __init__(
-        self, head_dim: int, causal: bool, output_norm: str, num_heads: int | None = None,
+        self, head_dim: int, causal: bool, output_norm: str = "none", num_heads: int | None = None,
         backend: str = "auto", rotary: Rotation | None = None, d_model: int | None = None,
     ) -> None:
         super().__init__()
@@ -119,18 +124,51 @@ class RecurrentAttention(nn.Module):
                              "of decayed keys, which the delta rule's state is not; use rms, "
                              "group or none.")
         check_head_dim(head_dim, type(self).__name__)
-        check_backend(backend, type(self).__name__, causal, None)
-        self.backend = backend
-        # backend="auto": whether a call may run fla's kernels (then its device and dtype say).
-        self._auto_fla = backend == "auto" and causal and fla_installed()
+        self.causal = causal
+        self.configure(backend=backend, rotary=rotary)
         self.backend_used: str | None = None  # of the last forward call (see engine/backend.py)
         self.head_dim = head_dim
-        self.causal = causal
         self.num_heads = num_heads
         self.d_model = d_model
         self.output_norm = output_norm
         self.norm = OutputNorm(output_norm, head_dim)
-        self.rotary = rotary
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        """The base owns `backend` and `rotary`: a core whose __init__ does not take them (it
+        declares only its own parameters) is still built with them, as the model builder and the
+        configs pass them (backend=..., rotary=... keywords): its __init__ runs without them, then
+        configure() sets them. A core that takes them threads them itself, as before."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        parameters = inspect.signature(init).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            return  # **kwargs: the core passes everything on to the base
+        owned = [name for name in _PLUMBING if name not in parameters]
+        if not owned:
+            return
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            plumbing = {name: kwargs.pop(name) for name in owned if name in kwargs}
+            init(self, *args, **kwargs)
+            if plumbing:
+                self.configure(**plumbing)
+
+        cls.__init__ = __init__
+
+    def configure(self, *, backend: str | None = None, rotary: Rotation | None = None) -> None:
+        """Set the plumbing every core has, after construction or from __init__: `backend`
+        ("auto", "torch" or "fla", checked against the core's causal mode and the machine) and
+        `rotary` (relative positions, or None). A name not given keeps its value."""
+        if backend is not None:
+            check_backend(backend, type(self).__name__, self.causal, None)
+            self.backend = backend
+            # backend="auto": whether a call may run fla's kernels (its device and dtype say).
+            self._auto_fla = backend == "auto" and self.causal and fla_installed()
+        if rotary is not None or not hasattr(self, "rotary"):
+            self.rotary = rotary
 
     def recurrence(self, q: Tensor, k: Tensor, v: Tensor, x: Tensor | None) -> Recurrence:
         """The op's inputs from q, k, v (batch, heads, n, head_dim) and x (batch, n, d_model)."""
