@@ -8,8 +8,8 @@ A set of kernels is three functions with the signatures of the PyTorch ones:
 kernels apply it chunk by chunk, where phi stays in cache, and recompute it in their backward
 passes. TORCH (bidirectional.py, chunk.py, step.py) is the only set and the reference any other
 would be tested against, with naive.py's quadratic float64 formulas (the map's phi q . phi k
-weights, masked and normalised) as the short naive reference of all three. (fla-core has no kernel for feature maps; see
-linarena.attention.engine.backend.)
+weights, masked and normalised) as the short naive reference of all three. (fla-core has no
+kernel for feature maps; see linarena.attention.engine.backend.)
 """
 
 from __future__ import annotations
