@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from helpers.mqar import PRESET, fake_run
-from helpers.paths import load_script
+from helpers.paths import REPO_ROOT, load_script
 from helpers.training import compose_config
 from omegaconf import OmegaConf
 from PIL import Image
@@ -439,3 +439,12 @@ def test_the_plan_times_a_column_by_the_mean_duration_of_its_finished_runs(
     assert seconds[(32, 0)] == pytest.approx(400.0)
     assert seconds[(32, 3)] == pytest.approx(400.0)
     assert seconds[(64, 3)] == pytest.approx(145.0)  # no run at the width: all of them
+
+
+def test_no_published_study_row_with_a_window_covering_its_sequence_is_a_fixed_state() -> None:
+    runs = pd.read_csv(REPO_ROOT / "docs" / "results" / "mqar_state_size_runs.csv")
+    windowed = runs[runs["attention"].isin(["swa", "based_layer"])]
+    assert len(windowed) and (windowed["state_kind"] == "recurrent").all()
+    for row in windowed.itertuples():
+        window = [o for o in train_overrides(row.command) if o.startswith("attention.window=")]
+        assert window and int(window[0].split("=")[1]) < row.seq_len, row.command
