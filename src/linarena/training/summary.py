@@ -119,7 +119,7 @@ def hparams(cfg: DictConfig, precision: str) -> dict[str, Any]:
     scalar setting of the attention and data groups under "attention" and "data" (so a new
     variant's or task's settings are there without being named here). A hybrid stack
     (model.pattern) has its entries' variant names under "pattern" and, under "attention", the
-    scalar settings of each entry (as built: build.pattern_attentions writes them in)."""
+    scalar settings of each entry (as built: pattern_config.pattern_attentions writes them in)."""
     pattern = cfg.model.get("pattern")
     entries = ([pattern_entry(entry) for entry in OmegaConf.to_container(pattern, resolve=True)]
                if pattern else None)
