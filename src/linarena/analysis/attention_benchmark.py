@@ -184,7 +184,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=positive_int, default=64)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="attention.backend of every variant (linarena.attention.backends)")
+                        help="attention.backend of every variant "
+                             "(linarena.attention.engine.backend)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                         help="fp32, or bf16/fp16 autocast (GPU)")

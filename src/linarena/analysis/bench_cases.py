@@ -66,7 +66,7 @@ class CaseSpec:
     repeats: int
     shape: ModelShape
     conf_dir: str
-    backend: str = "auto"  # attention.backend (linarena.attention.backends)
+    backend: str = "auto"  # attention.backend (linarena.attention.engine.backend)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
