@@ -16,6 +16,7 @@ the backend tests' build both go through it), everything else as before.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 from functools import partial
 from pathlib import Path
@@ -23,11 +24,13 @@ from pathlib import Path
 import helpers.attention as helpers_attention
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch.nn import functional as F
 
 from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.recurrent.core import Recurrence
 from linarena.attention.variants import load_variant
+from linarena.training.config_checks import check_keys
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -211,3 +214,13 @@ def run_grid(function, name: str, grid: dict) -> None:
                          ids=[f"{p.split('/')[-1][:-3]}::{t}" for p, t, _ in GENERIC_TESTS])
 def test_the_generic_recurrence_tests_pass_on_cores_defined_here(cores, name, path, test, grid):
     run_grid(getattr(cores(path), test), name, grid)
+
+
+def test_a_core_that_leaves_the_plumbing_to_the_base_accepts_it_from_its_config() -> None:
+    """The config check reads a core's signature (training.config_checks.check_keys): a YAML
+    with `backend: auto`, as every shipped core's has, must be accepted for a core whose
+    __init__ does not name backend or rotary."""
+    config = OmegaConf.create({"_target_": f"{__name__}.PlainCore", "_partial_": True,
+                               "head_dim": 8, "causal": True, "backend": "auto"})
+    check_keys(config, "attention")
+    assert {"backend", "rotary"} <= set(inspect.signature(PlainCore).parameters)

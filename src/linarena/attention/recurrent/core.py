@@ -156,6 +156,13 @@ class RecurrentAttention(nn.Module):
             if plumbing:
                 self.configure(**plumbing)
 
+        # The signature a reader of the class sees (the config check's, Hydra's) takes the
+        # plumbing too: a core's YAML may set backend as every shipped core's does.
+        signature = inspect.signature(init)
+        taken = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+                 for name in owned]
+        __init__.__signature__ = signature.replace(
+            parameters=[*signature.parameters.values(), *taken])
         cls.__init__ = __init__
 
     def configure(self, *, backend: str | None = None, rotary: Rotation | None = None) -> None:
