@@ -1,9 +1,10 @@
 """The metrics of a run, each declared once: its key, how summary.json, W&B, the progress bar, the
 comparison table and the dashboard show it.
 
-Adding a metric is one :class:`Metric` entry here plus computing it (logging it during training,
-or returning it from :meth:`linarena.training.perf.PerfMonitor.final_metrics` for a figure of the
-whole run): every reader iterates this registry.
+Adding a metric is one :class:`Metric` declaration here (METRICS collects them) plus computing
+it (logging it during training, or returning it from
+:meth:`linarena.training.perf.PerfMonitor.final_metrics` for a figure of the whole run): every
+reader iterates this registry.
 """
 
 from __future__ import annotations
@@ -67,42 +68,30 @@ class Metric:
     measured: bool = False
 
 
+# The registry, in the order every reader shows the metrics (METRICS, below, collects them).
+TRAIN_LOSS = Metric("train/loss", wandb_summary="min", progress=("loss", ".3f"))
+TRAIN_ACC = Metric("train/acc")
+TRAIN_LR = Metric("train/lr")
+VAL_LOSS = Metric("val/loss", wandb_summary="min")
+VAL_ACC = Metric("val/acc", wandb_summary="max", progress=("val_acc", ".3f"))
 TEST_ACC = Metric("test/acc", in_summary=True, required=True, name="test_acc_pct",
                   column="test acc (%)", digits=2, scale=100.0)
+TEST_LOSS = Metric("test/loss", in_summary=True)
+VAL_ACC_BEST = Metric("val/acc_best", in_summary=True, in_row=True, progress=("best", ".3f"))
 TOKENS_PER_SEC = Metric("perf/tokens_per_sec", in_summary=True, required=True,
                         name="tokens_per_sec", column="tokens/s", progress=("tok/s", ",.0f"),
                         measured=True)
+SAMPLES_PER_SEC = Metric("perf/samples_per_sec", in_summary=True, measured=True)
 PEAK_MEMORY_MB = Metric("perf/peak_memory_mb", in_summary=True, required=True,
                         name="peak_memory_mb", column="peak memory (MB)", digits=1,
                         measured=True)
 PARAMS = Metric("model/params", in_summary=True, required=True, name="params", column="params",
                 integer=True)
-TEST_LOSS = Metric("test/loss", in_summary=True)
-SAMPLES_PER_SEC = Metric("perf/samples_per_sec", in_summary=True, measured=True)
-VAL_ACC_BEST = Metric("val/acc_best", in_summary=True, in_row=True, progress=("best", ".3f"))
-VAL_ACC = Metric("val/acc", wandb_summary="max", progress=("val_acc", ".3f"))
-VAL_LOSS = Metric("val/loss", wandb_summary="min")
-TRAIN_LOSS = Metric("train/loss", wandb_summary="min", progress=("loss", ".3f"))
-TRAIN_ACC = Metric("train/acc")
-TRAIN_LR = Metric("train/lr")
 # Accuracy per test setting, test/acc_L<length>_P<pairs>, from tasks with several (MQAR mixture).
 TEST_ACC_PER_SETTING = Metric("test/acc_", in_summary=True, prefix=True, since=2)
 
-METRICS: tuple[Metric, ...] = (
-    TRAIN_LOSS,
-    TRAIN_ACC,
-    TRAIN_LR,
-    VAL_LOSS,
-    VAL_ACC,
-    TEST_ACC,
-    TEST_LOSS,
-    VAL_ACC_BEST,
-    TOKENS_PER_SEC,
-    SAMPLES_PER_SEC,
-    PEAK_MEMORY_MB,
-    PARAMS,
-    TEST_ACC_PER_SETTING,
-)
+# Every Metric declared above, in their order: a new metric is its declaration, nothing more.
+METRICS: tuple[Metric, ...] = tuple(m for m in dict(globals()).values() if isinstance(m, Metric))
 
 
 def summary_metrics() -> tuple[Metric, ...]:
