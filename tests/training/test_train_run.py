@@ -12,10 +12,10 @@ import pytest
 import torch
 import wandb
 import yaml
-from helpers.attention import VARIANTS
 from helpers.training import compose_config, run_train
 from hydra.core.hydra_config import HydraConfig
 
+from linarena.attention.variants import variant_names
 from linarena.metrics import summary_metrics
 from linarena.training import ClassificationModule, train
 from linarena.training.entry import run_job
@@ -51,7 +51,8 @@ def read_summary(output_dir: Path) -> dict:
     return json.loads((output_dir / "summary.json").read_text())
 
 
-@pytest.mark.parametrize("attention", VARIANTS)
+# Every variant of conf/attention/, the whole layers included: a new one is trained here too.
+@pytest.mark.parametrize("attention", variant_names())
 def test_smoke_run_trains_tests_and_writes_summary(
     attention: str, tmp_path: Path, data_dir: Path
 ) -> None:
