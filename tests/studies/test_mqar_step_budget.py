@@ -12,6 +12,7 @@ from helpers.mqar import LR_ON_SEED_1, fake_run
 from helpers.paths import load_script
 
 from linarena.analysis.statistics import wilson_interval
+from linarena.studies import step_budget_study
 from linarena.studies.runs import load_study
 from linarena.studies.step_budget import chosen_points, compare, plan, plan_tail
 from linarena.studies.study import StudyPoint
@@ -194,7 +195,7 @@ def test_a_tail_without_the_run_it_continued_is_a_clear_error(study, tmp_path, c
 
 def fake_training(study_root: Path, root: Path, published: pd.Series, trained: list,
                   nudged_seed: int | None = None):
-    """A stand-in for the script's run_tasks that records each run in `trained`: a study run
+    """A stand-in for the study's run_tasks that records each run in `trained`: a study run
     trained again (from scratch: its folder is gone) gets its published test accuracy (+0.01
     at `nudged_seed`, as on other CPU kernels) and a last.ckpt; a tail gets 0.9."""
     def run_tasks(tasks, preset, where, *args, **kwargs) -> None:
@@ -235,7 +236,7 @@ def test_a_tail_whose_checkpoint_is_gone_retrains_the_study_run_and_checks_it(
     study_root, root = tmp_path / "study", tmp_path / "tails"
     trained = []
     script = load_script("scripts/mqar_step_budget.py")
-    monkeypatch.setattr(script, "run_tasks", fake_training(
+    monkeypatch.setattr(step_budget_study, "run_tasks", fake_training(
         study_root, root, published, trained, nudged_seed=None if reproduced else 2))
     args = tail_args(csv, root, study_root, tmp_path / "out")
     assert script.main(args) == 2  # without --retrain-study: what is missing, and the fix
@@ -289,7 +290,8 @@ def test_a_study_run_stopped_before_it_finished_is_trained_again_not_continued(
              overrides=["optim.schedule=constant", "trainer.max_steps=500"])
     trained = []
     script = load_script("scripts/mqar_step_budget.py")
-    monkeypatch.setattr(script, "run_tasks", fake_training(study_root, root, published, trained))
+    monkeypatch.setattr(step_budget_study, "run_tasks",
+                        fake_training(study_root, root, published, trained))
     args = tail_args(csv, root, study_root, tmp_path / "out")
     assert script.main(args) == 2
     error = capsys.readouterr().err

@@ -15,6 +15,7 @@ from helpers.training import compose_config
 
 from linarena.analysis.runs import RunRecord
 from linarena.studies import seed_sweep
+from linarena.studies.main import study_parser
 from linarena.studies.preset import sweep_protocol
 from linarena.studies.seed_sweep import SweepPoint, run_sweep, split_attentions
 from linarena.training.summary import sweep_label
@@ -168,14 +169,14 @@ def test_both_maintainer_scripts_train_the_published_sweeps_with_one_definition(
     for name in ("reruns.sh", "reproduce_results.sh"):
         text = (REPO_ROOT / "scripts" / "maintainer" / name).read_text()
         assert "sweep_commands.sh" in text and "run_line" in text and "seed_sweep.py" not in text
-    seed_sweep_script = load_script("scripts/seed_sweep.py")
+    parser = study_parser("seed_sweep", "scripts/seed_sweep.py")
     listops = sweep_line("listops_sweep", "outputs/sweeps", "--resume-from runs.csv")
     assert listops[:2] == ["python", "scripts/seed_sweep.py"]
-    args = seed_sweep_script.parse_args(listops[2:])
+    args = parser.parse_args(listops[2:])
     assert (args.root, args.preset, args.seeds, args.more_seeds, args.resume_from) == (
         Path("outputs/sweeps/listops"), None, list(range(1, 11)), [], Path("runs.csv"))
     assert args.overrides == ["trainer.max_steps=300", "tags=[readme]"]
-    args = seed_sweep_script.parse_args(sweep_line("mqar_sweep", "out", "")[2:])
+    args = parser.parse_args(sweep_line("mqar_sweep", "out", "")[2:])
     assert (args.root, args.preset, args.seeds, args.more_seeds, args.resume_from) == (
         Path("out/mqar"), "mqar_cpu", [1, 2, 3, 4, 5], [6, 7, 8, 9, 10], None)
     assert args.overrides == ["tags=[readme]"]

@@ -1,7 +1,7 @@
-"""What every study script (scripts/mqar_study.py, mqar_mixture.py, mqar_step_budget.py,
-seed_sweep.py and those of scripts/maintainer/) shares on its command line: how it trains,
-where it writes and how it fails. Bad values (--jobs 0, --preset nope, a negative seed) are
-refused by the parser, with argparse's one `error:` line and exit code 2, before anything runs."""
+"""What every study script (scripts/study.py and the study scripts that call it, those of
+scripts/maintainer/ too) shares on its command line: how it trains, where it writes and how it
+fails. Bad values (--jobs 0, --preset nope, a negative seed) are refused by the parser, with
+argparse's one `error:` line and exit code 2, before anything runs."""
 
 from __future__ import annotations
 
@@ -46,13 +46,14 @@ def add_preset_argument(parser: argparse.ArgumentParser, default: str | None,
     parser.add_argument("--preset", default=default, type=preset_name, help=help_text)
 
 
-def add_training_arguments(parser: argparse.ArgumentParser, attention: bool = True,
-                           report_only: bool = True) -> None:
-    """--jobs, --threads, --attention (unless `attention` is False) and --report-only (unless
-    `report_only` is False)."""
-    if attention:
-        parser.add_argument("--attention", nargs="+", default=None, type=attention_name,
-                            help="only these variants (default: every file of conf/attention/)")
+def add_attention_argument(parser: argparse.ArgumentParser) -> None:
+    """--attention: the variants a study trains (default None: all of them)."""
+    parser.add_argument("--attention", nargs="+", default=None, type=attention_name,
+                        help="only these variants (default: every file of conf/attention/)")
+
+
+def add_training_arguments(parser: argparse.ArgumentParser, report_only: bool = True) -> None:
+    """--jobs, --threads and --report-only (unless `report_only` is False)."""
     parser.add_argument("--jobs", type=positive_int, default=2, help="points trained at a time")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads per run")
     if report_only:

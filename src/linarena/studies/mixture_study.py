@@ -16,6 +16,7 @@ from them and the run folders (mixture_runs), as the state-size study does (runs
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,16 +25,21 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
+from linarena.analysis.provenance import training_note
 from linarena.analysis.result_files import read_csv_checked
 from linarena.attention.variants import check_variant_names, owns_short_conv, variant_names
+from linarena.studies.cli import add_attention_argument
+from linarena.studies.declaration import Report, Study
 from linarena.studies.mixture import (
     CAPTION_ON,
     POOLED_ON,
     RUN_COLUMNS,
     load_runs,
     sort_runs,
+    summarize,
     wanted_seeds,
 )
+from linarena.studies.mixture_report import accuracy_table, caption
 from linarena.studies.preset import compose_preset
 from linarena.studies.runs import train_overrides
 from linarena.studies.study import SettingsPoint, Task, group_tasks, pending, run_tasks
@@ -165,3 +171,62 @@ def run_mixture(preset: str, root: Path, attentions: Sequence[str] | None = None
               f"{sum(len(n) for _, n in more)} runs of more seeds to go", flush=True)
         run_tasks(more, preset, root, jobs, threads, extra, counts, entries=entries)
     return counts
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--attention, and --runs: the folders a report reads instead of --root."""
+    add_attention_argument(parser)
+    parser.add_argument("--runs", type=Path, nargs="+", default=None,
+                        help="folders searched for the runs' summary.json (recursively; "
+                             "default: --root)")
+
+
+def load(args: argparse.Namespace) -> pd.DataFrame | None:
+    """The runs archived by --resume-from (None without it)."""
+    if args.resume_from is not None and args.runs is not None:
+        raise ValueError("--resume-from reads the runs of --root beside the archived ones; "
+                         "give --root, not --runs")
+    return None if args.resume_from is None else \
+        load_archive(args.resume_from, args.preset, args.overrides)
+
+
+def run(args: argparse.Namespace, archived: pd.DataFrame | None) -> dict[str, int]:
+    return run_mixture(args.preset, args.root, args.attention, args.jobs, args.threads,
+                       args.overrides, archived)
+
+
+def collect(args: argparse.Namespace, archived: pd.DataFrame | None
+            ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The runs (a row per run and test setting) and the config they share."""
+    if archived is None:
+        return load_runs(args.runs or [args.root])
+    return mixture_runs(args.root, args.preset, archived, args.overrides)
+
+
+def report(args: argparse.Namespace, archived: pd.DataFrame | None,
+           collected: tuple[pd.DataFrame, dict[str, Any]]) -> Report:
+    """<name>_runs.csv, <name>.csv (per attention, positions and setting) and <name>.md, into
+    the first --runs folder without --out."""
+    runs, config = collected
+    summary = summarize(runs)
+    table = accuracy_table(summary)
+    count = len(runs.drop_duplicates(["attention", "positions", "seed"]))
+    return Report({
+        "_runs.csv": runs, ".csv": summary,
+        ".md": caption(runs, config) + training_note(runs, f"{args.name}_runs.csv") + table,
+    }, lambda paths: table + f"{count} runs -> {', '.join(map(str, paths))}",
+        folder=(args.runs or [args.root])[0])
+
+
+MIXTURE = Study(
+    name="mixture",
+    description="MQAR mixture: train every attention with each kind of positions over seeds, "
+                "then report accuracy per test setting",
+    load=load, run=run, collect=collect, report=report, add_arguments=add_arguments,
+    preset="mqar_mixture_cpu", root="mqar_mixture", output="mqar_mixture",
+    script="scripts/mqar_mixture.py",
+    help={"--preset": "a mixture preset with a study: block (positions, seeds)",
+          "--resume-from": "a runs CSV this study wrote before (<name>_runs.csv): its runs "
+                           "count as finished and are reported beside --root's",
+          "--out": "the first --runs"},
+)

@@ -12,13 +12,20 @@ it (`archived_runs`): the runs listed there count as finished.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from linarena.analysis.bench_args import non_negative_int
 from linarena.analysis.runs import RunRecord
+from linarena.analysis.runs_archive import load_runs_csv
 from linarena.analysis.statistics import SUCCESS_THRESHOLD
+from linarena.attention.variants import check_variant_names, variant_names
 from linarena.metrics import TEST_ACC
+from linarena.studies.cli import add_attention_argument
+from linarena.studies.declaration import Study
+from linarena.studies.preset import sweep_protocol
 from linarena.studies.study import SettingsPoint, Task, pending, run_tasks, train_commands
 from linarena.training.summary import read_summary
 
@@ -112,3 +119,59 @@ def run_sweep(preset: str | None, root: Path, names: Sequence[str], seeds: Seque
               f"{sum(len(n) for _, n in more)} runs of more seeds to go", flush=True)
         run_tasks(more, preset, root, jobs, threads, extra, counts)
     return counts
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--seeds, --more-seeds and --attention."""
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[1, 2, 3, 4, 5],
+                        help="the seeds of every attention (default 1-5)")
+    parser.add_argument("--more-seeds", type=non_negative_int, nargs="*", default=[6, 7, 8, 9, 10],
+                        help="the seeds added where --seeds split (default 6-10; "
+                             "`--more-seeds` with none after it: no more seeds)")
+    add_attention_argument(parser)
+
+
+def check_arguments(args: argparse.Namespace) -> str | None:
+    if set(args.more_seeds) & set(args.seeds):
+        return f"--more-seeds {args.more_seeds} repeats seeds of --seeds {args.seeds}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """The attentions swept and the runs --resume-from lists as finished."""
+
+    names: list[str]
+    archived: Archive | None
+
+
+def load(args: argparse.Namespace) -> Loaded:
+    names = check_variant_names(args.attention) if args.attention else variant_names()
+    if args.resume_from is None:
+        return Loaded(names, None)
+    task, max_steps = sweep_protocol(args.preset, args.overrides)
+    archived = archived_runs(load_runs_csv(args.resume_from), args.root, task, max_steps)
+    print(f"{args.resume_from}: {len(archived)} runs of this sweep count as finished",
+          flush=True)
+    return Loaded(names, archived)
+
+
+def run(args: argparse.Namespace, loaded: Loaded) -> dict[str, int]:
+    return run_sweep(args.preset, args.root, loaded.names, args.seeds, args.more_seeds,
+                     args.jobs, args.threads, args.overrides, loaded.archived)
+
+
+# No report: scripts/compare.py compares the sweep's runs (its multirun folder is --root).
+SEED_SWEEP = Study(
+    name="seed_sweep",
+    description="Train every attention at several seeds, with more seeds where the outcomes "
+                "split; resumable",
+    load=load, run=run, add_arguments=add_arguments, check_arguments=check_arguments,
+    root=None, script="scripts/seed_sweep.py",
+    help={"--preset": "a conf/experiment/ preset (default: none, the default config)",
+          "--root": "the sweep's folder (its multirun folder for compare.py)",
+          "--resume-from": "a runs CSV compare.py wrote of this sweep (results_runs.csv): the "
+                           "runs it lists from <...>/<root's name>/seed<s>/<attention>/ are "
+                           "finished",
+          "overrides": "train.py overrides for every run"},
+)
