@@ -2,7 +2,8 @@
 hierarchy of per-feature decay blocks): extreme gates stay finite and exact, any chunk size
 (padded to a power of two inside), results independent of the block size, gradients by every
 input (gates, beta, initial state) against gradcheck and against autograd through the float64
-references, and what autograd keeps."""
+references, and what autograd keeps. The one-token steps (decoding) against both: token by
+token they give the references' and the chunked op's outputs and final state."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import torch.nn.functional as F
 from helpers.attention import assert_close_float64
 
 import linarena.attention.engine.common as kernel_common
-from linarena.attention.engine import delta_rule, gated_linear_attention
+from linarena.attention.engine import (
+    delta_rule,
+    delta_rule_step,
+    gated_linear_attention,
+    gated_linear_attention_step,
+)
 from linarena.attention.engine.gated.naive import gla_quadratic, recurrence
 
 BATCH, HEADS, DIM = 2, 2, 8
@@ -202,3 +208,74 @@ def test_autograd_keeps_the_inputs_and_one_state_per_chunk(op, causal):
         args = (q, k, v, gate)
     bound = (inputs + dim * 17 / 16) * (1 if causal else 2)
     assert saved_floats_per_token(fn, args, causal) <= bound
+
+
+STEPS = {"gated": (gated_linear_attention_step, gated_linear_attention),
+         "delta": (delta_rule_step, delta_rule)}
+
+
+def step_through(step, args, mask, start):
+    """A one-token step iterated over the tokens of args (batch, heads, n, ...) from `start`:
+    (outputs (batch, heads, n, v_dim), final state)."""
+    outs, state = [], start
+    for t in range(args[0].shape[2]):
+        token = [None if x is None else x[:, :, t:t + 1] for x in args]
+        out, state = step(*token, mask=mask[:, t:t + 1], initial_state=state)
+        outs.append(out)
+    return torch.cat(outs, dim=2), state
+
+
+@pytest.mark.parametrize(("op", "kind", "low"), [
+    ("gated", "none", 0.0), ("gated", "head", -1.0), ("gated", "feature", -1.0),
+    ("gated", "head", -21.0), ("gated", "feature", -21.0),
+    ("delta", "none", 0.0), ("delta", "head", -1.0), ("delta", "head", -21.0)])
+def test_steps_token_by_token_equal_the_references_and_the_chunked_op(op, kind, low):
+    # From a random state; row 1's token 6 is padded (junk NaN there): it leaves the state as
+    # it was and outputs 0, so the reference runs that row without it. Log gates near -20
+    # decay the state by e^-20 per token.
+    length, padded = 12, 6
+    q, k, v, beta = delta_inputs(length)
+    gate = gates(kind, length, low, min(low + 2.0, 0.0))
+    start = torch.randn(BATCH, HEADS, DIM, DIM, dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(BATCH, length, dtype=torch.bool)
+    mask[1, padded] = False
+    q, k, v = (x.masked_fill(~mask[:, None, :, None], torch.nan) for x in (q, k, v))
+    args = (q, k, v, gate) if op == "gated" else (q, k, v, beta, gate)
+    step, chunked = STEPS[op]
+    out, state = step_through(step, args, mask, start)
+
+    op_out, op_state = chunked(*args, causal=True, mask=mask, initial_state=start,
+                               return_state=True, chunk_size=5)
+    assert_close_float64(out, op_out, length * DIM)
+    assert_close_float64(state, op_state, length * DIM)
+    assert (out[1, :, padded] == 0).all()
+    for row in range(BATCH):
+        real = mask[row].nonzero()[:, 0]
+        ref_out, ref_state = recurrence(
+            *(None if x is None else x[row:row + 1, :, real] for x in (q, k, v, gate)),
+            None if op == "gated" else beta[row:row + 1, :, real], causal=True,
+            initial_state=start[row:row + 1])
+        assert_close_float64(out[row:row + 1, :, real], ref_out, length * DIM)
+        assert_close_float64(state[row:row + 1], ref_state, length * DIM)
+
+
+@pytest.mark.parametrize("op", ["gated", "delta"])
+def test_steps_compute_in_float32_and_return_out_in_v_dtype(op):
+    # As the op: bf16 inputs give a float32 state and a bf16 output; under autocast the step
+    # still computes in float32 (the same numbers as without autocast).
+    q, k, v, beta = (x.float() for x in delta_inputs(1))
+    gate = gates("head", 1, -1.0, dtype=torch.float32)
+    args = (q, k, v, gate) if op == "gated" else (q, k, v, beta, gate)
+    step = STEPS[op][0]
+    _, state = step(*args)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out_autocast, state_autocast = step(*args, initial_state=state)
+    out_plain, state_plain = step(*args, initial_state=state)
+    assert out_autocast.dtype == state_autocast.dtype == torch.float32
+    torch.testing.assert_close(out_autocast, out_plain, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(state_autocast, state_plain, rtol=1e-6, atol=1e-6)
+    out_half, state_half = step(*(x.bfloat16() for x in args), initial_state=state)
+    assert (out_half.dtype, state_half.dtype) == (torch.bfloat16, torch.float32)
+    with pytest.raises(ValueError, match="one token"):
+        step(*(x.expand(*x.shape[:2], 2, *x.shape[3:]) for x in args))

@@ -1,6 +1,7 @@
 """What the engine's ops share.
 
-The recurrences (gated/, delta/) share input checks, padding, dtypes, and the chunk layout.
+The recurrences (gated/, delta/) share input checks, padding, dtypes, the backend branch
+(run_op), the frame of a one-token step (run_step), and the chunk layout.
 
 Checks that would need a GPU sync (gate and beta ranges) are asynchronous asserts: the error
 surfaces at the next synchronisation on CUDA, at once on CPU, and torch.compile traces them.
@@ -294,6 +295,15 @@ def prepare(
     return OpInputs(q, k, v, log_gate, beta, initial_state, scale)
 
 
+def _start_state(inputs: OpInputs, dtype: torch.dtype) -> Tensor:
+    """The state before the call's first token in `dtype`: initial_state, or zeros (batch, heads,
+    k_dim, v_dim)."""
+    if inputs.initial_state is not None:
+        return inputs.initial_state.to(dtype)
+    batch, heads, _, k_dim = inputs.q.shape
+    return inputs.q.new_zeros(batch, heads, k_dim, inputs.v.shape[-1], dtype=dtype)
+
+
 def no_tokens(
     inputs: OpInputs, like: Tensor, return_state: bool
 ) -> Tensor | tuple[Tensor, Tensor]:
@@ -303,11 +313,7 @@ def no_tokens(
     out = empty_output(like)
     if not return_state:
         return out
-    dtype = compute_dtype(inputs.q, inputs.k, inputs.v)
-    if inputs.initial_state is not None:
-        return out, inputs.initial_state.to(dtype)
-    batch, heads, _, k_dim = inputs.q.shape
-    return out, inputs.q.new_zeros(batch, heads, k_dim, like.shape[-1], dtype=dtype)
+    return out, _start_state(inputs, compute_dtype(inputs.q, inputs.k, inputs.v))
 
 
 @dataclass(frozen=True)
@@ -395,17 +401,63 @@ def causal_tril(size: int, strict: bool, device: torch.device) -> Tensor:
     return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1 if strict else 0)
 
 
-# (inputs, chunk_size, causal) -> (scaled outputs, final state): an op's chunked engine, which
-# adds a strict pass over the reversed sequence when bidirectional.
-ChunkedOp = Callable[[OpInputs, int, bool], tuple[Tensor, Tensor]]
+# (inputs, chunk_size, causal, gated) -> (scaled outputs, final state): an op's chunked engine,
+# which adds a strict pass over the reversed sequence when bidirectional; gated=False skips the
+# decay of a call without log gates.
+ChunkedOp = Callable[[OpInputs, int, bool, bool], tuple[Tensor, Tensor]]
+
+# fla's kernels for an op (backend.py): (inputs, *, gate_given, causal, return_state) -> result.
+FlaOp = Callable[..., Tensor | tuple[Tensor, Tensor]]
 
 
-def run_torch(inputs: OpInputs, chunked: ChunkedOp, chunk_size: int, causal: bool,
-              like: Tensor, return_state: bool) -> Tensor | tuple[Tensor, Tensor]:
-    """The torch backend of an op: its chunked engine in full precision (token i counts once
-    when bidirectional), cast to `like`'s dtype (v's)."""
+def run_op(
+    name: str, chunked: ChunkedOp, fla: FlaOp, q: Tensor, k: Tensor, v: Tensor,
+    log_gate: Tensor | None, beta: Tensor | None, *, per_feature_gate: bool, causal: bool,
+    scale: float | None, mask: Tensor | None, initial_state: Tensor | None, return_state: bool,
+    chunk_size: int, backend: str,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """An op (gated_linear_attention, delta_rule) on its backend, the arguments as the op's:
+    prepare()'s checks, then fla's kernels (backend="fla") or the chunked engine in full
+    precision (token i counts once when bidirectional), the output cast to v's dtype."""
+    inputs = prepare(name, q, k, v, log_gate, beta, causal=causal, scale=scale, mask=mask,
+                     initial_state=initial_state, return_state=return_state,
+                     per_feature_gate=per_feature_gate, chunk_size=chunk_size, backend=backend)
+    gated = log_gate is not None
+    if q.shape[2] == 0:  # nothing to compute, on either backend (a chunked pass needs a token)
+        return no_tokens(inputs, v, return_state)
+    if backend == "fla":
+        return fla(inputs, gate_given=gated, causal=causal, return_state=return_state)
     dtype = compute_dtype(inputs.q, inputs.k, inputs.v)
-    with full_precision(inputs.q.device):
-        out, state = chunked(inputs.to(dtype), min(chunk_size, inputs.q.shape[2]), causal)
-    out = out.to(like.dtype)
+    with full_precision(q.device):
+        out, state = chunked(inputs.to(dtype), min(chunk_size, q.shape[2]), causal, gated)
+    out = out.to(v.dtype)
     return (out, state) if return_state else out
+
+
+# (inputs of one token in the compute dtype, the state before it) -> the state after it.
+StateUpdate = Callable[[OpInputs, Tensor], Tensor]
+
+
+def run_step(
+    name: str, update: StateUpdate, q: Tensor, k: Tensor, v: Tensor, log_gate: Tensor | None,
+    beta: Tensor | None, *, per_feature_gate: bool, scale: float | None, mask: Tensor | None,
+    initial_state: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """One token of a causal op in closed form, the arguments as the op's with n = 1:
+    prepare()'s checks and padding (a padded token has zero q, k, v and beta and log gate 0, so
+    it leaves the state as it was and outputs 0), then in full precision S_t =
+    update(inputs, S_{t-1}) (S_0: initial_state, zeros if None) and o_t = scale * S_t^T q_t.
+    Returns out (batch, heads, 1, v_dim) in v's dtype and S_t (batch, heads, k_dim, v_dim) in
+    the compute dtype, as the op with causal=True and return_state=True."""
+    inputs = prepare(name, q, k, v, log_gate, beta, causal=True, scale=scale, mask=mask,
+                     initial_state=initial_state, return_state=True,
+                     per_feature_gate=per_feature_gate, chunk_size=1, backend="torch")
+    if q.shape[2] != 1:
+        raise ValueError(f"{name}: one token: q, k (batch, heads, 1, k_dim) and v (batch, heads, "
+                         f"1, v_dim), got {q.shape[2]} tokens.")
+    dtype = compute_dtype(inputs.q, inputs.k, inputs.v)
+    with full_precision(q.device):
+        token = inputs.to(dtype)
+        state = update(token, _start_state(token, dtype))
+        out = token.scale * (token.q @ state)
+    return out.to(v.dtype), state

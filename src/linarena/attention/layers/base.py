@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from linarena.attention.engine import delta_rule, gated_linear_attention
+from linarena.attention.engine import (
+    delta_rule,
+    delta_rule_step,
+    gated_linear_attention,
+    gated_linear_attention_step,
+)
 from linarena.attention.engine.backend import check_backend, fla_installed, runs_fla
 from linarena.attention.engine.common import compute_dtype, lowest
 from linarena.attention.engine.linear import LinearAttentionState
@@ -263,7 +268,8 @@ class LayerCall:
                    scale: float | None = None) -> Tensor:
         """The gated linear recurrence ("gated") or the delta rule ("delta", with beta) on the
         backend the layer's setting, device and kernel_dtype pick, causal or both ways, carrying
-        "recurrent"; the output in call.dtype."""
+        "recurrent"; the output in call.dtype. One causal token on the torch backend (a
+        decoding step) runs the op's closed-form step, O(1) small ops, not a chunked pass."""
         layer, delta = self.layer, kind == "delta"
         use_fla = layer.runs_fla(self.kernel_dtype, self.device, delta=delta)
         layer.backend_used = "fla" if use_fla else "torch"
@@ -271,10 +277,17 @@ class LayerCall:
             q, k, v = (t.to(self.kernel_dtype) for t in (q, k, v))
             beta = None if beta is None else beta.to(self.kernel_dtype)
         inputs = (q, k, v, beta, log_gate) if delta else (q, k, v, log_gate)
+        start = self.carried.get("recurrent")
+        if layer.causal and not use_fla and q.shape[2] == 1:
+            step = delta_rule_step if delta else gated_linear_attention_step
+            out, state = step(*inputs, scale=scale, mask=self.mask, initial_state=start)
+            if self.return_state:
+                self.state["recurrent"] = state
+            return out.to(self.dtype)
         op = delta_rule if delta else gated_linear_attention
         out = self.keep("recurrent", op(
             *inputs, causal=layer.causal, scale=scale, mask=self.mask, backend=layer.backend_used,
-            initial_state=self.carried.get("recurrent"), return_state=self.return_state))
+            initial_state=start, return_state=self.return_state))
         return out.to(self.dtype)
 
     def kernel_sums(self, key: str, attention: nn.Module, q: Tensor, k: Tensor, v: Tensor

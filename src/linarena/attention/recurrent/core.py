@@ -22,7 +22,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from linarena.attention.engine import delta_rule, gated_linear_attention
+from linarena.attention.engine import (
+    delta_rule,
+    delta_rule_step,
+    gated_linear_attention,
+    gated_linear_attention_step,
+)
 from linarena.attention.engine.backend import check_backend, fla_installed, runs_fla
 from linarena.attention.engine.common import compute_dtype
 from linarena.attention.recurrent.output_norm import EPS, OutputNorm
@@ -101,7 +106,8 @@ class RecurrentAttention(nn.Module):
             kernels for causal forward calls on CUDA, in the inputs' dtype (bf16 / fp16 under
             autocast) with float32 states; "auto" takes them when fla is installed and has a
             kernel for the dtype (no float64; the delta rule's need bf16 / fp16). step() always
-            runs the torch op (one token).
+            runs the torch op's one-token step (engine.gated_linear_attention_step,
+            engine.delta_rule_step), O(1) small ops per token.
         rotary: relative positions (linarena.attention.rotation), or None: the q and k the
             state sees (after the variant's own transforms: DeltaNet's silu and L2 norm, so its
             keys stay unit vectors) are rotated by their positions before the recurrence, as
@@ -274,7 +280,7 @@ class RecurrentAttention(nn.Module):
         with torch.autocast(device_type=q.device.type, enabled=False):
             r = self.recurrence_inputs(*(t.to(dtype) for t in (q, k, v)),
                                        None if x is None else x.to(dtype), position)
-            raw, new = self._op(r, None, True, None if state is None else state.state, True)
+            raw, new = self._step(r, None if state is None else state.state)
             out = self.output(raw)
         return out[:, :, 0].to(v.dtype), RecurrentState(new, position + 1, self._made_by())
 
@@ -297,6 +303,14 @@ class RecurrentAttention(nn.Module):
         if r.beta is None:
             return gated_linear_attention(r.q, r.k, r.v, r.log_gate, **options)
         return delta_rule(r.q, r.k, r.v, r.beta, r.log_gate, **options)
+
+    def _step(self, r: Recurrence, state: Tensor | None) -> tuple[Tensor, Tensor]:
+        """_op's one-token step in closed form, from `state` (None: zeros): (raw output
+        (batch, heads, 1, v_dim), new state)."""
+        options = {"scale": r.scale, "initial_state": state}
+        if r.beta is None:
+            return gated_linear_attention_step(r.q, r.k, r.v, r.log_gate, **options)
+        return delta_rule_step(r.q, r.k, r.v, r.beta, r.log_gate, **options)
 
     def _made_by(self) -> str:
         return f"{type(self).__name__}(output_norm={self.output_norm}) at head_dim={self.head_dim}"

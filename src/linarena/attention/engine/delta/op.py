@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from torch import Tensor
 
-from linarena.attention.engine.common import no_tokens, prepare, run_torch
+from linarena.attention.engine.backend import delta_rule_fla
+from linarena.attention.engine.common import run_op
 from linarena.attention.engine.delta.chunk import delta_chunks
 
 
@@ -46,16 +45,7 @@ def delta_rule(
     backend="fla": fla-core's Triton kernels (causal, CUDA; see
     linarena.attention.engine.backend).
     """
-    name = "delta_rule"
-    inputs = prepare(name, q, k, v, log_gate, beta, causal=causal, scale=scale, mask=mask,
-                     initial_state=initial_state, return_state=return_state,
-                     per_feature_gate=False, chunk_size=chunk_size, backend=backend)
-    if q.shape[2] == 0:  # nothing to compute, on either backend (a chunked pass needs a token)
-        return no_tokens(inputs, v, return_state)
-    if backend == "fla":
-        from linarena.attention.engine.backend import delta_rule_fla
-
-        return delta_rule_fla(inputs, gate_given=log_gate is not None, causal=causal,
-                              return_state=return_state)
-    engine = partial(delta_chunks, gated=log_gate is not None)
-    return run_torch(inputs, engine, chunk_size, causal, v, return_state)
+    return run_op("delta_rule", delta_chunks, delta_rule_fla, q, k, v, log_gate, beta,
+                  per_feature_gate=False, causal=causal, scale=scale, mask=mask,
+                  initial_state=initial_state, return_state=return_state, chunk_size=chunk_size,
+                  backend=backend)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from torch import Tensor
 
-from linarena.attention.engine.common import no_tokens, prepare, run_torch
+from linarena.attention.engine.backend import gated_linear_attention_fla
+from linarena.attention.engine.common import run_op
 from linarena.attention.engine.gated.chunk import gated_chunks
 
 
@@ -46,16 +45,7 @@ def gated_linear_attention(
     empty out and the initial state (zeros if None). backend="fla":
     fla-core's Triton kernels (causal, CUDA; see linarena.attention.engine.backend).
     """
-    name = "gated_linear_attention"
-    inputs = prepare(name, q, k, v, log_gate, None, causal=causal, scale=scale, mask=mask,
-                     initial_state=initial_state, return_state=return_state,
-                     per_feature_gate=True, chunk_size=chunk_size, backend=backend)
-    if q.shape[2] == 0:  # nothing to compute, on either backend (a chunked pass needs a token)
-        return no_tokens(inputs, v, return_state)
-    if backend == "fla":
-        from linarena.attention.engine.backend import gated_linear_attention_fla
-
-        return gated_linear_attention_fla(inputs, gate_given=log_gate is not None,
-                                          causal=causal, return_state=return_state)
-    engine = partial(gated_chunks, gated=log_gate is not None)
-    return run_torch(inputs, engine, chunk_size, causal, v, return_state)
+    return run_op("gated_linear_attention", gated_chunks, gated_linear_attention_fla, q, k, v,
+                  log_gate, None, per_feature_gate=True, causal=causal, scale=scale, mask=mask,
+                  initial_state=initial_state, return_state=return_state, chunk_size=chunk_size,
+                  backend=backend)
