@@ -153,17 +153,18 @@ def test_the_fla_path_follows_the_torch_one_on_cores_defined_here(cores, name, m
 
 
 ROTARY_TESTS = [
-    ("test_every_variant_with_rope_matches_the_rotated_reference",
+    ("models/test_positions.py", "test_every_variant_with_rope_matches_the_rotated_reference",
      {"causal": [False, True], "masked": [False, True]}),
-    ("test_nonfinite_padding_changes_no_real_output_or_gradient_with_rope",
-     {"causal": [False, True]}),
+    ("models/test_position_properties.py", "test_padding_changes_no_real_output_or_gradient",
+     {"causal": [False, True], "kind": ["rope"]}),
 ]
 
 
 @pytest.mark.parametrize("name", list(CORES))
-@pytest.mark.parametrize(("test", "grid"), ROTARY_TESTS, ids=[t for t, _ in ROTARY_TESTS])
-def test_the_rotary_tests_pass_on_cores_defined_here(cores, name, test, grid):
-    run_grid(getattr(cores("models/test_positions.py"), test), name, grid)
+@pytest.mark.parametrize(("path", "test", "grid"), ROTARY_TESTS,
+                         ids=[t for _, t, _ in ROTARY_TESTS])
+def test_the_rotary_tests_pass_on_cores_defined_here(cores, name, path, test, grid):
+    run_grid(getattr(cores(path), test), name, grid)
 
 
 GENERIC_TESTS = [

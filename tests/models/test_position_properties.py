@@ -1,9 +1,10 @@
 """Properties every relative kind of model.positions (one that rotates q and k, or biases the
-attention scores) must have, generic over the registry, so that a new kind is tested unedited:
-its scores depend on the distance i - j only; padding changes no real output; step() continues
-the whole causal forward; and, in every attention that takes it, it matches a float64 reference
-written here from the formulas. Plus ALiBi's own: the paper's slopes and bias, and the one-line
-refusal of every attention that computes no scores."""
+attention scores) must have, generic over the registry, so that a new kind is tested unedited
+(test_position_kinds_defined_here.py runs these tests on kinds written there): its scores depend
+on the distance i - j only; padding (NaN included) changes no real output or gradient; step()
+continues the whole causal forward; and, in every attention that takes it, it matches a float64
+reference written here from the formulas. Plus ALiBi's own: the paper's slopes and bias, and
+the one-line refusal of every attention that computes no scores."""
 
 from __future__ import annotations
 
@@ -171,17 +172,35 @@ def test_a_biased_attention_matches_the_float64_quadratic_reference(name, kind, 
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("name", "kind"), pairs(VARIANTS))
-def test_padding_changes_no_real_output(name: str, kind: str, causal: bool) -> None:
-    """Each sequence of a right-padded batch (its padding junk, NaN included) gives the outputs
-    it gives alone, unpadded."""
+def test_padding_changes_no_real_output_or_gradient(name: str, kind: str, causal: bool) -> None:
+    """Each sequence of a right-padded batch gives the outputs it gives alone, unpadded; and
+    padding of NaN gives the outputs of padding of zeros, bit for bit, and finite gradients
+    equal to theirs."""
     attn = build(name, causal, kind)
     lengths = [19, 11]
     mask = padding_mask(lengths, 19)
-    q, k, v = (t.masked_fill(~mask[:, None, :, None], float("nan"))
-               for t in inputs(length=19, heads=HEADS, head_dim=HEAD_DIM))
-    out = attn(q, k, v, mask)
+    clean = [t.masked_fill(~mask[:, None, :, None], 0.0)
+             for t in inputs(length=19, heads=HEADS, head_dim=HEAD_DIM)]
+    poisoned = [t.masked_fill(~mask[:, None, :, None], float("nan")) for t in clean]
+
+    def run(tensors: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+        tensors = [t.detach().requires_grad_(True) for t in tensors]
+        out = attn(*tensors, mask)
+        out[mask[:, None, :, None].expand_as(out)].sum().backward()
+        # A core may ignore an input (HGRN-like cores tie the key to the gate): zero gradient.
+        return out.detach(), [torch.zeros_like(t) if t.grad is None else t.grad
+                              for t in tensors]
+
+    (expected, expected_grads), (out, grads) = run(clean), run(poisoned)
+    real = mask[:, None, :, None].expand_as(out)
+    assert torch.equal(out[real], expected[real])
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        assert torch.isfinite(grad).all()
+        assert_close_float64(grad, expected_grad, 19 * 300)
+    q, k, v = poisoned
     for b, n in enumerate(lengths):
-        alone = attn(q[b:b + 1, :, :n], k[b:b + 1, :, :n], v[b:b + 1, :, :n])
+        with torch.no_grad():
+            alone = attn(q[b:b + 1, :, :n], k[b:b + 1, :, :n], v[b:b + 1, :, :n])
         assert_close_float64(out[b:b + 1, :, :n], alone, 19 * 300)
 
 

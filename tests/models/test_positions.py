@@ -1,9 +1,11 @@
 """model.positions as a seam (linarena.models.positions), generic over the kinds of its registry:
-absolute kinds embed at an offset as in the whole sequence; rotating kinds give q . k scores that
-depend on i - j only, continue a causal state (a second forward or step()) from its position, and
-run in every attention variant in both modes against a float64 reference (q and k rotated by the
-rotation matrices written here, then the quadratic or recurrent reference); padding stays exact;
-train.py runs with rope and none and records the kind; an unknown kind is refused at once."""
+absolute kinds embed at an offset as in the whole sequence and reach no attention; rotating kinds
+give q . k scores that depend on i - j only, continue a causal state (a second forward or step())
+from its position, and run in every attention variant in both modes against a float64 reference
+(q and k rotated by the rotation matrices written here, then the quadratic or recurrent
+reference); RoPE's base sets its angles; train.py runs with rope and none and records the kind;
+an unknown kind is refused at once. Padding, for every relative kind: test_position_properties.py.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from linarena.analysis.compare import main as compare
 from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.variants import load_variant
 from linarena.models import TransformerClassifier
-from linarena.models.positions import POSITIONS, Positions, build_positions
+from linarena.models.positions import POSITIONS, Positions, RotaryPositions, build_positions
 from linarena.training import ConfigError, train
 from linarena.training.config_checks import check_config
 
@@ -53,21 +55,21 @@ def rotary(kind: str) -> Positions | None:
     return made if made.rotates else None
 
 
-def rotation_matrix(position: int, head_dim: int) -> torch.Tensor:
+def rotation_matrix(position: int, head_dim: int, base: float = 10000.0) -> torch.Tensor:
     """RoFormer's R_p (eq. 15), float64: block diagonal, the pair (2i, 2i+1) turned by
-    p * 10000^(-2i / head_dim); an odd last dimension left as it is."""
+    p * base^(-2i / head_dim); an odd last dimension left as it is."""
     matrix = torch.eye(head_dim, dtype=torch.float64)
     for i in range(head_dim // 2):
-        angle = position * 10000.0 ** (-2 * i / head_dim)
+        angle = position * base ** (-2 * i / head_dim)
         pair = slice(2 * i, 2 * i + 2)
         matrix[pair, pair] = torch.tensor([[math.cos(angle), -math.sin(angle)],
                                            [math.sin(angle), math.cos(angle)]], dtype=torch.float64)
     return matrix
 
 
-def reference_rotate(x: torch.Tensor) -> torch.Tensor:
-    """x (batch, heads, n, d), token t multiplied by R_t."""
-    matrices = torch.stack([rotation_matrix(t, x.shape[-1]) for t in range(x.shape[2])])
+def reference_rotate(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """x (batch, heads, n, d), token t multiplied by R_t of that base."""
+    matrices = torch.stack([rotation_matrix(t, x.shape[-1], base) for t in range(x.shape[2])])
     return torch.einsum("nij,bhnj->bhni", matrices, x.double())
 
 
@@ -103,6 +105,23 @@ def test_rotated_scores_depend_only_on_the_distance(kind: str, head_dim: int) ->
     # Same position, same angle: the rotation is orthogonal; other positions move the scores.
     torch.testing.assert_close(scores.diagonal(dim1=-2, dim2=-1), (q * k).sum(-1))
     assert not torch.allclose(scores, q @ k.transpose(-1, -2))
+
+
+@pytest.mark.parametrize("base", [500.0, 1e6])
+def test_ropes_base_sets_its_angles_and_keeps_the_scores_relative(base: float) -> None:
+    """theta_i = base^(-2i / head_dim): another base turns the pairs by other angles, as the
+    rotation matrices of that base say, and q_i . k_j still depends on i - j only."""
+    q, k = torch.randn(2, 2, 3, 12, 16, dtype=torch.float64)
+    made, index = RotaryPositions(16, 64, base=base), torch.arange(12)
+    rotated_q, rotated_k = made.rotate(q, k, index)
+    torch.testing.assert_close(rotated_q, reference_rotate(q, base), rtol=0, atol=1e-13)
+    torch.testing.assert_close(rotated_k, reference_rotate(k, base), rtol=0, atol=1e-13)
+    assert not torch.allclose(rotated_q, positions("rope").rotate(q, k, index)[0])
+    scores = rotated_q @ rotated_k.transpose(-1, -2)
+    for shift in (1, 37, 1000):
+        shifted_q, shifted_k = made.rotate(q, k, index + shift)
+        torch.testing.assert_close(shifted_q @ shifted_k.transpose(-1, -2), scores)
+    assert positions("rope").base == 10000.0  # the registry's rope: RoFormer's base
 
 
 @pytest.mark.parametrize(("name", "relative"), [("taylor", True), ("elu", False)])
@@ -191,29 +210,6 @@ def test_every_variant_with_rope_matches_the_rotated_reference(name, causal, mas
     torch.testing.assert_close(out[real], expected[real], rtol=1e-7, atol=1e-9)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("name", VARIANTS)
-def test_nonfinite_padding_changes_no_real_output_or_gradient_with_rope(name, causal) -> None:
-    attn = build(name, causal, rotary=positions("rope"))
-    mask = padding_mask([12, 7], 12)
-    clean = [t.masked_fill(~mask[:, None, :, None], 0.0) for t in inputs(length=12)]
-    poisoned = [t.masked_fill(~mask[:, None, :, None], float("nan")) for t in clean]
-
-    def run(tensors):
-        tensors = [t.detach().requires_grad_(True) for t in tensors]
-        out = attn(*tensors, mask)
-        out[mask[:, None, :, None].expand_as(out)].sum().backward()
-        # A core may ignore an input (HGRN-like cores tie the key to the gate): zero gradient.
-        return out, [torch.zeros_like(t) if t.grad is None else t.grad for t in tensors]
-
-    (expected, expected_grads), (out, grads) = run(clean), run(poisoned)
-    real = mask[:, None, :, None].expand_as(out)
-    assert torch.equal(out[real], expected[real])
-    for grad, expected_grad in zip(grads, expected_grads, strict=True):
-        assert torch.isfinite(grad).all()
-        assert_close_float64(grad, expected_grad, 12 * 300)
-
-
 def make_model(attention: str, kind: str, **kwargs) -> TransformerClassifier:
     factory = load_variant(attention, {"max_length": 24, "d_model": 16, "num_heads": 2})
     torch.manual_seed(0)
@@ -223,21 +219,14 @@ def make_model(attention: str, kind: str, **kwargs) -> TransformerClassifier:
     return TransformerClassifier(attention=factory, **(settings | kwargs)).eval()
 
 
-@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", VARIANTS)
-def test_the_model_hands_a_rotating_kind_to_every_core_and_padding_stays_exact(name, causal):
-    model = make_model(name, "rope", causal=causal, pooling="mean")
-    cores = [block.attention.core for block in model.blocks]
-    assert all(c.rotary is model.embedding.positions for c in cores)
-    tokens = torch.randint(1, 12, (2, 7), generator=torch.Generator().manual_seed(1))
-    mask = torch.arange(7)[None, :] < torch.tensor([[7], [4]])
-    tokens = tokens * mask
-    padded = (torch.cat([tokens, torch.zeros(2, 5, dtype=torch.long)], 1),
-              torch.cat([mask, torch.zeros(2, 5, dtype=torch.bool)], 1))
-    with torch.no_grad():
-        torch.testing.assert_close(model(*padded), model(tokens, mask), rtol=1e-4, atol=1e-5)
-    assert all(make_model(name, kind).blocks[0].attention.core.rotary is None
-               for kind in KINDS if not POSITIONS[kind].rotates and not POSITIONS[kind].biases)
+def test_a_kind_applied_in_the_embedding_reaches_no_attention(name: str) -> None:
+    """The model hands its positions object to its attention cores only when the kind rotates q
+    and k or biases the scores (test_position_properties.py checks that it does then)."""
+    for kind in KINDS:
+        if not POSITIONS[kind].rotates and not POSITIONS[kind].biases:
+            core = make_model(name, kind).blocks[0].attention.core
+            assert core.rotary is None and getattr(core, "score_bias", None) is None, kind
 
 
 def test_a_learned_table_saved_before_the_seam_still_loads() -> None:

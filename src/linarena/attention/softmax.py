@@ -23,7 +23,7 @@ class ExactAttention(nn.Module):
     (`no_fla_kernel`) and implements forward.
 
     Both compute the scores q_i . k_j, so both take a score bias (model.positions=alibi):
-    `takes_score_bias`, which the model asks before it passes one (models/positions.py)."""
+    `takes_score_bias`, which the model asks before it passes one (models/positions/)."""
 
     no_fla_kernel = "fla-core has no kernel for it"
     takes_score_bias = True
