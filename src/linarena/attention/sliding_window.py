@@ -19,6 +19,7 @@ from linarena.attention.validation import (
     check_state,
     check_state_kind,
     empty_output,
+    has_padding,
     zero_padding,
 )
 
@@ -133,7 +134,7 @@ class SlidingWindowAttention(ExactAttention):
         real = torch.ones(batch, length, dtype=torch.bool, device=q.device) if mask is None \
             else mask
         out = self._banded(q, keys, values, torch.cat([before, real], dim=1), real, window)
-        if mask is not None:
+        if has_padding(mask):
             out = torch.where(mask[:, None, :, None], out, 0.0)
         if not return_state:
             return out

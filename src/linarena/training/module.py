@@ -23,6 +23,7 @@ from linarena.metrics import (
     VAL_ACC_BEST,
     VAL_LOSS,
 )
+from linarena.training.log_steps import logs_this_step
 from linarena.training.optim import OptimSettings, build_optimizer, build_scheduler
 
 
@@ -65,23 +66,26 @@ class ClassificationModule(LightningModule):
         return self.model(tokens, mask)
 
     def _loss(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Returns (mean loss, predictions, labels, number of scored labels)."""
+        """Returns (mean loss, logits (scored positions, classes) in float32, labels, number of
+        scored labels)."""
         logits = self.model(batch["tokens"], batch["mask"])
         labels = batch["label"]
         flat_logits = logits.reshape(-1, logits.shape[-1]).float()
         flat_labels = labels.reshape(-1)
         loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=IGNORE_INDEX)
         scored = (flat_labels != IGNORE_INDEX).sum()
-        return loss, flat_logits.argmax(dim=-1), flat_labels, scored
+        return loss, flat_logits, flat_labels, scored
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss, preds, labels, _ = self._loss(batch)
-        self.train_acc(preds, labels)
-        self.log(TRAIN_LOSS.key, loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log(TRAIN_ACC.key, self.train_acc, on_step=True, on_epoch=False)
-        # The lr this step trains with (the schedule set it after the previous step).
-        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log(TRAIN_LR.key, lr, on_step=True, on_epoch=False)
+        loss, logits, labels, _ = self._loss(batch)
+        # train/* are per-step values: only the steps a logger receives compute and log them.
+        if logs_this_step(self.trainer):
+            self.train_acc(logits.detach().argmax(dim=-1), labels)
+            self.log(TRAIN_LOSS.key, loss, on_step=True, on_epoch=False, prog_bar=True)
+            self.log(TRAIN_ACC.key, self.train_acc, on_step=True, on_epoch=False)
+            # The lr this step trains with (the schedule set it after the previous step).
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            self.log(TRAIN_LR.key, lr, on_step=True, on_epoch=False)
         return loss
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -130,18 +134,23 @@ class ClassificationModule(LightningModule):
                 group["lr"] = lr * factor(scheduler.last_epoch)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        loss, preds, labels, scored = self._loss(batch)
-        self.val_loss(loss, weight=scored)
-        self.val_acc(preds, labels)
-        self.log(VAL_LOSS.key, self.val_loss, on_step=False, on_epoch=True, prog_bar=True)
-        self.log(VAL_ACC.key, self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
+        loss, logits, labels, scored = self._loss(batch)
+        self.val_loss.update(loss, weight=scored)
+        self.val_acc.update(logits.argmax(dim=-1), labels)
 
     def on_validation_epoch_end(self) -> None:
+        # Logged once per validation, from the state the batches accumulated (a self.log per
+        # batch would only be read here too, and each costs more than a small model's batch).
+        # compute() syncs DDP ranks, so every rank logs the same value and the mean over ranks
+        # that sync_dist takes leaves it as it is.
+        acc = self.val_acc.compute()
+        self.log(VAL_LOSS.key, self.val_loss.compute(), prog_bar=True, sync_dist=True)
+        self.log(VAL_ACC.key, acc, prog_bar=True, sync_dist=True)
+        self.val_loss.reset()
+        self.val_acc.reset()
         if self.trainer.sanity_checking:  # untrained weights: not a candidate for the best
             return
-        self.val_acc_best(self.val_acc.compute())
-        # The same value on every DDP rank (val_acc.compute() is synced): the mean over ranks
-        # that sync_dist takes leaves it as it is.
+        self.val_acc_best(acc)
         self.log(VAL_ACC_BEST.key, self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
 
     def on_test_epoch_start(self) -> None:
@@ -153,7 +162,8 @@ class ClassificationModule(LightningModule):
         self.setting_names = names
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        loss, preds, labels, scored = self._loss(batch)
+        loss, logits, labels, scored = self._loss(batch)
+        preds = logits.argmax(dim=-1)
         self.test_loss(loss, weight=scored)
         self.test_acc(preds, labels)
         self.log(TEST_LOSS.key, self.test_loss, on_step=False, on_epoch=True)

@@ -95,12 +95,20 @@ def parameter_groups(model: nn.Module, weight_decay: float, scope: str = "matric
 
 
 def build_optimizer(model: nn.Module, settings: OptimSettings) -> torch.optim.AdamW:
-    """AdamW over parameter_groups(model)."""
+    """AdamW over parameter_groups(model).
+
+    The foreach implementation (one kernel per operation over all parameters) rather than the
+    per-parameter loop that torch picks for CPU tensors: the same arithmetic in the same order,
+    so the same numbers (tests/training/test_train_optim.py), in a fraction of the time for the
+    studies' small models, whose optimizer step is a loop over ~30 tiny tensors. (CUDA tensors
+    get foreach by default already; fused=True would be faster still but rounds differently.)
+    """
     return torch.optim.AdamW(
         parameter_groups(model, settings.weight_decay, settings.weight_decay_scope),
         lr=settings.lr,
         betas=settings.betas,
         eps=settings.eps,
+        foreach=True,
     )
 
 

@@ -27,6 +27,7 @@ from torch.distributed import ReduceOp
 
 from linarena.metrics import PARAMS, PEAK_MEMORY_MB, SAMPLES_PER_SEC, TOKENS_PER_SEC
 from linarena.system import peak_rss_mb
+from linarena.training.log_steps import logs_this_step
 
 
 @functools.cache
@@ -88,7 +89,8 @@ class PerfMonitor(Callback):
     backward and optimizer step; data loading excluded), synchronising CUDA at both ends.
 
     Logs running averages perf/samples_per_sec and perf/tokens_per_sec (real tokens: mask.sum()),
-    perf/peak_memory_mb, and model/params once at the start. The first `skip_batches` batches
+    perf/peak_memory_mb on the steps that reach the loggers (log_steps.logs_this_step), and
+    model/params once at the start. The first `skip_batches` batches
     are left out of the averages (allocator warm-up, kernel selection) when there are more.
     """
 
@@ -143,6 +145,8 @@ class PerfMonitor(Callback):
         self._seconds += seconds
         self._samples += samples
         self._tokens += tokens
+        if not logs_this_step(trainer):  # the averages cover every step all the same
+            return
         for name, value in self.averages().items():
             pl_module.log(name, value, on_step=True, on_epoch=False,
                           prog_bar=name == TOKENS_PER_SEC.key)
