@@ -89,6 +89,18 @@ PARAMS = Metric("model/params", in_summary=True, required=True, name="params", c
                 integer=True)
 # Accuracy per test setting, test/acc_L<length>_P<pairs>, from tasks with several (MQAR mixture).
 TEST_ACC_PER_SETTING = Metric("test/acc_", in_summary=True, prefix=True, since=2)
+# Self-pretraining (training/pretrain.py): the loss and accuracy of the pretraining objective,
+# over the predicted positions only (masked real tokens for mlm, every real token with a real
+# successor for lm). Logged by the pretraining stage alone; its summary.json has them under
+# "pretrain" (not in "metrics", which every run's summary lists in full).
+PRETRAIN_LOSS = Metric("pretrain/loss", wandb_summary="min", progress=("pt_loss", ".3f"))
+PRETRAIN_ACC = Metric("pretrain/acc")
+PRETRAIN_VAL_LOSS = Metric("pretrain/val_loss", wandb_summary="min")
+PRETRAIN_VAL_ACC = Metric("pretrain/val_acc", wandb_summary="max",
+                          progress=("pt_val_acc", ".3f"))
+PRETRAIN_VAL_ACC_BEST = Metric("pretrain/val_acc_best", progress=("pt_best", ".3f"))
+PRETRAIN_TEST_LOSS = Metric("pretrain/test_loss")
+PRETRAIN_TEST_ACC = Metric("pretrain/test_acc")
 
 # Every Metric declared above, in their order: a new metric is its declaration, nothing more.
 METRICS: tuple[Metric, ...] = tuple(m for m in dict(globals()).values() if isinstance(m, Metric))

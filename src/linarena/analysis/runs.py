@@ -258,8 +258,8 @@ def load_local_runs(
     dirs: Iterable[str | Path], filters: Mapping[str, Any], include_debug: bool = False
 ) -> list[RunRecord]:
     """Every summary.json under ``dirs`` (searched recursively) that matches ``filters``; debug
-    runs only with ``include_debug``. A summary.json that cannot be read is an error naming the
-    file."""
+    runs only with ``include_debug``; no self-pretraining stage (is_classifier_run). A
+    summary.json that cannot be read is an error naming the file."""
     paths: list[tuple[Path, Path]] = []
     for directory in map(Path, dirs):
         if not directory.is_dir():
@@ -276,10 +276,20 @@ def load_local_runs(
         summary = parse_summary_file(path)
         if isinstance(summary, Mapping) and summary.get("debug") and not include_debug:
             continue
+        if isinstance(summary, Mapping) and not is_classifier_run(summary):
+            continue
         if not isinstance(summary, Mapping) or summary_matches(summary, filters):
             record = record_from_summary(summary, str(path), _folder_sweep(path, root))
             records.append(dataclasses.replace(record, sweep=_portable_sweep(record.sweep, path)))
     return records
+
+
+def is_classifier_run(summary: Mapping[str, Any]) -> bool:
+    """False for a summary.json that is not a classifier's result: a self-pretraining stage
+    (pretrain.stage=pretrain, no classification), or a stage of a two-stage run, whose run
+    folder's own summary.json stands for it (its "part_of_run")."""
+    stage = (summary.get("pretrain") or {}).get("stage")
+    return stage != "pretrain" and summary.get("part_of_run") is None
 
 
 def wandb_filters(filters: Mapping[str, Any]) -> dict[str, Any]:

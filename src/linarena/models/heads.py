@@ -1,4 +1,5 @@
-"""Classifier heads: an MLP on a pooled vector, and the pair (dual-encoder) head."""
+"""Classifier heads: an MLP on a pooled vector, the pair (dual-encoder) head, and the LM head of
+self-pretraining."""
 
 from __future__ import annotations
 
@@ -59,3 +60,21 @@ class PairHead(nn.Module):
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}"
+
+
+class LMHead(nn.Module):
+    """Self-pretraining's output layer (training/pretrain.py): one logit per real token id of
+    the task, Dense(num_classes) on each position's final hidden state. Fine-tuning drops it.
+
+    Args:
+        d_model: width of the hidden states.
+        num_classes: the task's real token ids, vocab_size - 1 (padding is never predicted).
+    """
+
+    def __init__(self, d_model: int, num_classes: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, num_classes)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """hidden: (batch, length, d_model) -> logits (batch, length, num_classes)."""
+        return self.proj(hidden)

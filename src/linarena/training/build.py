@@ -18,12 +18,14 @@ from torch import nn
 from linarena.attention.patterns import pattern_entry, pattern_name
 from linarena.errors import ConfigError
 from linarena.models.transformer import repeat_pattern
+from linarena.training import pretrain_config
 from linarena.training.checkpoint_guard import FiniteCheckpointGuard
 from linarena.training.checkpoint_identity import StoreRunIdentity, run_identity
 from linarena.training.checkpoint_io import AtomicCheckpointIO
 from linarena.training.module import ClassificationModule
 from linarena.training.pattern_config import pattern_attentions
 from linarena.training.perf import PerfMonitor
+from linarena.training.pretrain import PretrainModule, TokenCount
 from linarena.training.signals import SaveOnSignal
 from linarena.training.summary import logged_config
 
@@ -88,6 +90,9 @@ def build_model(cfg: DictConfig, datamodule: Any) -> nn.Module:
         with open_dict(cfg.model):
             cfg.model.causal = bool(datamodule.causal)
     sizes = {name: getattr(datamodule, name) for name in DATAMODULE_ARGS}
+    if pretrain_config.adds_mask_token(cfg):
+        # The mask token of masked-token pretraining: one more row, id vocab_size, in both stages.
+        sizes["vocab_size"] += 1
     attention = attention_factories(cfg)
     if isinstance(attention, list):
         layers = repeat_pattern([pattern_entry(e)[0] for e in cfg.model.pattern],
@@ -137,12 +142,22 @@ def build_loggers(cfg: DictConfig) -> list[Logger]:
 
 def build_module(cfg: DictConfig) -> tuple[LightningDataModule, ClassificationModule]:
     """The datamodule (its constructor: no data is read) and the LightningModule of a config:
-    what a checkpoint of its run holds, built without loggers or a trainer. Building writes the
-    settings it resolves into `cfg` (build_model), so the run's identity
+    what a checkpoint of its run holds, built without loggers or a trainer; the pretraining
+    stage of self-pretraining (pretrain.stage=pretrain) gets a PretrainModule. Building writes the
+    settings it resolves into `cfg` (build_model; pretrain.mask_fraction), so the run's identity
     (checkpoint_identity.run_identity) is taken from `cfg` after this."""
     datamodule = instantiate_group(cfg.data, "data")
     model = build_model(cfg, datamodule)
     optim = instantiate_group(cfg.optim, "optim", _convert_="all")
+    if pretrain_config.stage(cfg) == pretrain_config.PRETRAIN:
+        fraction = None
+        if pretrain_config.adds_mask_token(cfg):
+            fraction = pretrain_config.mask_fraction(cfg)
+            with open_dict(cfg.pretrain):  # the run records the fraction it used
+                cfg.pretrain.mask_fraction = fraction
+        module = PretrainModule(model, optim, datamodule.vocab_size, str(cfg.pretrain.objective),
+                                fraction, int(cfg.seed))
+        return datamodule, module
     module = ClassificationModule(model, optim, datamodule.num_classes, datamodule.head_kind)
     return datamodule, module
 
@@ -186,6 +201,8 @@ def build_trainer(
     strategy = str(cfg.trainer.get("strategy", "auto"))
     # Sharded strategies (fsdp, deepspeed) bring their own checkpoint writers.
     plugins = [] if any(s in strategy for s in ("fsdp", "deepspeed")) else [AtomicCheckpointIO()]
+    if pretrain_config.objective(cfg) != pretrain_config.NONE:
+        callbacks.append(TokenCount())  # the tokens of each stage, for the run's summary
     injected = (
         [*callbacks, perf, guard, signals, StoreRunIdentity(identity)],  # callbacks
         loggers or False,  # logger

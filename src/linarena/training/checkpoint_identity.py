@@ -27,6 +27,7 @@ IDENTITY_KEY = "linarena_identity"
 IDENTITY_NODES = ("task_name", "attention_name", "seed", "attention_dropout", "attention",
                   "model", "data", "optim")
 TRAINER_KEYS = ("max_steps", "val_check_interval")
+PRETRAIN_KEYS = ("objective", "stage", "mask_fraction")
 # Where the data live, how many processes build or load them and whether the model is compiled:
 # a machine's choice, not the run's (a run resumed on another machine reads the same data from
 # another folder, and compiled or not has the same weights).
@@ -56,6 +57,12 @@ def run_identity(cfg: DictConfig, code_version: str | None) -> dict[str, Any]:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     picked = {key: resolved.get(key) for key in IDENTITY_NODES}
     picked["trainer"] = {key: resolved.get("trainer", {}).get(key) for key in TRAINER_KEYS}
+    # Under pretrain=mlm or lm, which objective and stage wrote the checkpoint (a pretraining
+    # checkpoint is not a fine-tuning run's to continue); absent under pretrain=none, so the
+    # checkpoints of runs from before self-pretraining existed still match their configs.
+    pretrain = resolved.get("pretrain") or {}
+    if pretrain.get("objective", "none") != "none":
+        picked["pretrain"] = {key: pretrain.get(key) for key in PRETRAIN_KEYS if key in pretrain}
     flat = {k: v for k, v in flatten(picked).items() if k not in MACHINE_KEYS}
     return {**flat, "code_version": code_version}
 

@@ -20,6 +20,7 @@ from linarena.models.positions import check_positions_kind, check_takes_score_bi
 from linarena.models.transformer import repeat_pattern
 from linarena.training.build import BUILD_KEYS, INJECTED
 from linarena.training.pattern_config import pattern_attentions
+from linarena.training.pretrain_config import check_pretrain
 
 
 def target_of(node: DictConfig, group: str) -> Callable[..., Any]:
@@ -90,11 +91,15 @@ def _did_you_mean(key: str, valid: Iterable[str]) -> str:
 TEST_CHECKPOINTS = ("best", "last")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """All checks that need only the config (and, in a Hydra job, its command-line overrides)."""
+def check_config(cfg: DictConfig, resumed: bool = False) -> None:
+    """All checks that need only the config (and, in a Hydra job, its command-line overrides).
+    `resumed`: the config is a resumed run's, whose init_weights (if any) records how the run
+    started and is not read again; only both given on the command line are refused then."""
+    given: set[str] = set()
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
         check_added_keys(cfg, hydra_cfg.overrides.task, hydra_cfg.runtime.choices)
+        given = {o.lstrip("+~").split("=", 1)[0] for o in hydra_cfg.overrides.task}
     check_test_checkpoint(cfg.get("test_checkpoint", "best"))
     for group in ("data", "attention", "model", "optim", "trainer"):
         check_keys(cfg[group], group)
@@ -110,7 +115,9 @@ def check_config(cfg: DictConfig) -> None:
         check_positions_kind(model.positions)
     check_compile_backend(model.get("compile"))
     check_attention_builds(cfg)
-    if cfg.get("init_weights") and cfg.get("ckpt_path"):
+    check_pretrain(cfg)
+    if cfg.get("init_weights") and cfg.get("ckpt_path") and (
+            not resumed or {"init_weights", "ckpt_path"} <= given):
         raise ConfigError(
             f"init_weights={cfg.init_weights} with ckpt_path={cfg.ckpt_path}: ckpt_path continues "
             "a run whole (weights, optimizer, step); init_weights starts a new run from "

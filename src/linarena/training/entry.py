@@ -29,6 +29,7 @@ from linarena.training.resume import clean_checkpoint_step
 from linarena.training.run import train
 from linarena.training.search_space import all_trials_diverged
 from linarena.training.signals import RunStopped
+from linarena.training.stages import is_two_stage, train_stages
 from linarena.training.sweep_resume import FINISHED, RESTART, RESUME, job_state, skip_finished
 from linarena.training.sweep_start import OPTUNA_SWEEPER
 
@@ -83,8 +84,9 @@ def remove_if_unused(output_dir: Path, cfg: DictConfig) -> None:
 
 
 def run_job(cfg: DictConfig) -> float:
-    """train(cfg) while owning the run folder, with user-facing failures printed as one message,
-    then exit status 1 (or the signal's status for a run stopped by SIGTERM/SIGINT).
+    """train(cfg), or train_stages(cfg) for both stages of self-pretraining, while owning the run
+    folder, with user-facing failures printed as one message, then exit status 1 (or the
+    signal's status for a run stopped by SIGTERM/SIGINT).
 
     Config and data errors end a multirun too (the other jobs would mostly hit the same error).
     A diverged run (non-finite weights) in a multirun is re-raised instead, so Hydra marks that
@@ -111,7 +113,7 @@ def run_job(cfg: DictConfig) -> float:
         normalise_environment()
         new_run = cfg.get("ckpt_path") is None and state != RESTART
         with run_folder_lock(output_dir, new_run=new_run):
-            return train(cfg)
+            return train_stages(cfg) if is_two_stage(cfg) else train(cfg)
     except (LinarenaError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

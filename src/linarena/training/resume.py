@@ -26,7 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 from linarena.errors import CheckpointError, ConfigError, ResumeError
 from linarena.files import write_text_atomic
 from linarena.training.checkpoint_guard import non_finite_names
-from linarena.training.checkpoint_identity import check_identity, check_same_model, flatten
+from linarena.training.checkpoint_identity import (
+    IDENTITY_KEY,
+    check_identity,
+    check_same_model,
+    flatten,
+)
 
 HISTORY_FILE = "resume_history.yaml"
 # Settings a resumed run may change (a key or a whole node): training length, learning rate and
@@ -196,29 +201,43 @@ def restore_run_config(cfg: DictConfig, output_dir: Path) -> tuple[DictConfig, R
     check_finite(path, checkpoint)
     step = int(checkpoint["global_step"])
     del checkpoint
-    saved = output_dir / ".hydra" / "config.yaml"
     # Outside a Hydra job (the compose API) or with no saved run here: the config as given.
-    if not HydraConfig.initialized() or not saved.is_file():
+    if not has_saved_config(output_dir):
         return cfg, Resume(path, step, finished=finished(cfg, Resume(path, step)))
+    restored, overrides, changes = restore_saved_config(output_dir)
+    resume = Resume(
+        path,
+        step,
+        overrides=overrides,
+        changes={k: {"before": b, "after": a} for k, (b, a) in changes.items() if k != "ckpt_path"},
+    )
+    resume.finished = finished(restored, resume)
+    return restored, resume
+
+
+def has_saved_config(output_dir: Path) -> bool:
+    """Whether this Hydra job resumes a run of `output_dir` that saved its config there."""
+    return HydraConfig.initialized() and (output_dir / ".hydra" / "config.yaml").is_file()
+
+
+def restore_saved_config(
+    output_dir: Path,
+) -> tuple[DictConfig, list[str], dict[str, tuple[Any, Any]]]:
+    """The config of the run in `output_dir` (its .hydra/config.yaml) with the changes this job's
+    overrides make to it applied, the overrides given beyond the run's own, and the changes
+    {key: (before, after)}; ResumeError for a change a resume may not make (MUTABLE)."""
     hydra_cfg = HydraConfig.get()
     original = list(OmegaConf.load(output_dir / ".hydra" / "overrides.yaml"))
     given = list(hydra_cfg.overrides.task)
     changes, after = config_changes(original, given, hydra_cfg.job.config_name)
     check_resume_changes(changes, output_dir)
-    restored = _pin_choices(OmegaConf.load(saved), output_dir)
+    restored = _pin_choices(OmegaConf.load(output_dir / ".hydra" / "config.yaml"), output_dir)
     # Runs started before W&B's end-of-run summary became the logger's own name its callback,
     # which the logger a resume may switch to (or away from) no longer needs.
     restored.get("callbacks", {}).pop("wandb_summary", None)
     for prefix in dict.fromkeys(_mutable_prefix(key) for key in changes):
         OmegaConf.update(restored, prefix, OmegaConf.select(after, prefix), merge=False)
-    resume = Resume(
-        path,
-        step,
-        overrides=[o for o in given if o not in original],
-        changes={k: {"before": b, "after": a} for k, (b, a) in changes.items() if k != "ckpt_path"},
-    )
-    resume.finished = finished(restored, resume)
-    return restored, resume
+    return restored, [o for o in given if o not in original], changes
 
 
 def finished(cfg: DictConfig, resume: Resume | None) -> bool:
@@ -290,6 +309,12 @@ def load_initial_weights(path: Path, module: torch.nn.Module, identity: dict[str
                           "(e.g. <run folder>/checkpoints/last.ckpt)")
     checkpoint = read_checkpoint(path, "init_weights")
     check_finite(path, checkpoint, "init_weights")
+    pretrain = (checkpoint.get(IDENTITY_KEY) or {}).get("pretrain.objective")
+    if pretrain is not None and identity.get("pretrain.objective") is None:
+        raise ConfigError(
+            f"init_weights={path} is a self-pretraining checkpoint (pretrain={pretrain}): "
+            f"fine-tune from it with pretrain={pretrain} pretrain.stage=finetune "
+            f"init_weights={path}.")
     if not check_same_model(path, checkpoint, identity):
         log.warning("%s was written before checkpoints recorded their run's settings: only its "
                     "weight shapes can be checked against this config.", path)

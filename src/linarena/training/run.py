@@ -17,13 +17,25 @@ from omegaconf import DictConfig
 
 from linarena.attention.engine.backend import backend_used
 from linarena.errors import NonFiniteStateError
-from linarena.metrics import TEST_ACC, TEST_LOSS, VAL_ACC_BEST
+from linarena.metrics import (
+    PRETRAIN_TEST_ACC,
+    PRETRAIN_TEST_LOSS,
+    PRETRAIN_VAL_ACC_BEST,
+    TEST_ACC,
+    TEST_LOSS,
+    VAL_ACC_BEST,
+    Metric,
+    finite_or_none,
+)
 from linarena.system import code_version, machine
+from linarena.training import pretrain_config
 from linarena.training.build import build_module, build_trainer
 from linarena.training.checkpoint_identity import checkpoint_run_folder, run_identity
 from linarena.training.config_checks import check_config, fit_validation_interval
 from linarena.training.launch import check_launch
 from linarena.training.memory import check_memory
+from linarena.training.pretrain import TokenCount
+from linarena.training.pretrained_weights import load_pretrained_weights, weight_report
 from linarena.training.resume import (
     append_history,
     check_checkpoint_fits,
@@ -57,6 +69,8 @@ def train(cfg: DictConfig) -> float:
 
     # Restore: a resumed run continues with its own saved config plus the allowed changes.
     cfg, resume = restore_run_config(cfg, output_dir)
+    if pretrain_config.stage(cfg) == pretrain_config.PRETRAIN:
+        pretrain_config.use_pretraining_monitor(cfg)  # it logs no val/acc
     if resume is not None and resume.finished:
         # Nothing left to train, but a checkpoint of another run is still refused.
         _, module = build_module(cfg)
@@ -70,7 +84,7 @@ def train(cfg: DictConfig) -> float:
     if replaced is not None:
         log.info("Validating every %d steps (trainer.max_steps) instead of every %d: set "
                  "trainer.val_check_interval to choose.", cfg.trainer.max_steps, replaced)
-    check_config(cfg)
+    check_config(cfg, resumed=resume is not None)
     precision = check_launch(cfg.trainer)
     check_memory(cfg, str(cfg.trainer.accelerator))
 
@@ -85,7 +99,11 @@ def train(cfg: DictConfig) -> float:
     datamodule.check_available()
     if resume is not None:
         check_checkpoint_fits(resume.checkpoint, module, identity, resume)
-    elif cfg.get("init_weights"):  # a resumed run's weights come from its own checkpoint
+    elif pretrain_config.stage(cfg) == pretrain_config.FINETUNE:
+        # Every weight but the heads, from a pretraining checkpoint (a resumed run's weights come
+        # from its own checkpoint).
+        load_pretrained_weights(Path(cfg.init_weights), module, identity)
+    elif cfg.get("init_weights"):
         load_initial_weights(Path(cfg.init_weights), module, identity)
     # Then the loggers, callbacks and trainer around them.
     parts = build_trainer(cfg, module, output_dir, precision, identity)
@@ -103,7 +121,8 @@ def train(cfg: DictConfig) -> float:
                 "world_size": parts.perf.world_size,
                 "global_step": trainer.global_step,
                 "duration_s": round(time.monotonic() - started, 1),
-                "cpu_s": round(time.process_time() - started_cpu, 1), "resumes": history}
+                "cpu_s": round(time.process_time() - started_cpu, 1), "resumes": history,
+                **pretrain_fields(cfg, module, trainer)}
 
     # Fit, then test the best (or last) weights.
     try:
@@ -135,6 +154,9 @@ def train(cfg: DictConfig) -> float:
     if trainer.is_global_zero:
         summary = build_summary(cfg, precision, metrics, {
             **run_fields(), "tested_checkpoint": "last" if tested_ckpt is None else "best"})
+        if pretrain_config.stage(cfg) == pretrain_config.PRETRAIN:
+            summary["pretrain"]["metrics"] = metrics_block_of(
+                PRETRAIN_RESULTS, {**tested[0], PRETRAIN_VAL_ACC_BEST.key: best_val})
         summary |= logger_fields(trainer.loggers)
         write_summary(output_dir, summary)
         send_summary(trainer.loggers, summary, comparison_row(summary))
@@ -160,6 +182,30 @@ def checkpoint_to_test(trainer: Trainer, which: str) -> str | None:
     if which == "last":
         return None
     return getattr(trainer.checkpoint_callback, "best_model_path", None) or None
+
+
+# The results of a pretraining stage, in its summary.json's "pretrain" block.
+PRETRAIN_RESULTS = (PRETRAIN_TEST_ACC, PRETRAIN_TEST_LOSS, PRETRAIN_VAL_ACC_BEST)
+
+
+def metrics_block_of(metrics: tuple[Metric, ...], values: dict[str, Any]) -> dict[str, Any]:
+    """{key: value} of `metrics` (None where missing or not finite)."""
+    return {metric.key: finite_or_none(values.get(metric.key)) for metric in metrics}
+
+
+def pretrain_fields(cfg: DictConfig, module: Any, trainer: Trainer) -> dict[str, Any]:
+    """summary.json's fields of a run under pretrain=mlm or lm, none under pretrain=none:
+    "pretrain" (objective, stage, masking fraction, the real tokens trained on) and, for a
+    fine-tuning stage, "init_weights" (which weights came from the pretraining checkpoint and
+    which were initialised: pretrained_weights.weight_report)."""
+    if pretrain_config.objective(cfg) == pretrain_config.NONE:
+        return {}
+    counter = next((c for c in trainer.callbacks if isinstance(c, TokenCount)), None)
+    record = {**pretrain_config.pretrain_record(cfg),
+              "tokens": None if counter is None else counter.tokens}
+    if pretrain_config.stage(cfg) != pretrain_config.FINETUNE:
+        return {"pretrain": record}
+    return {"pretrain": record, "init_weights": weight_report(module, cfg.init_weights)}
 
 
 def print_locations(summary: dict[str, Any], output_dir: Path) -> None:

@@ -181,8 +181,13 @@ def results_line(summary: dict[str, Any]) -> str:
 
     ranks = summary.get("world_size", 1)
     over = f" over {ranks} processes" if ranks > 1 else ""
-    return (f"{TEST_ACC.key}={number(TEST_ACC.key, '.4f')}, {VAL_ACC_BEST.key}="
-            f"{number(VAL_ACC_BEST.key, '.4f')}, {number(TOKENS_PER_SEC.key, ',.0f')} tokens/s"
+    # A pretraining stage's results are its objective's (summary["pretrain"]["metrics"]).
+    results = (summary.get("pretrain") or {}).get("metrics")
+    accuracy = (", ".join(f"{key}={'n/a' if value is None else format(value, '.4f')}"
+                          for key, value in results.items() if "acc" in key) if results
+                else f"{TEST_ACC.key}={number(TEST_ACC.key, '.4f')}, {VAL_ACC_BEST.key}="
+                     f"{number(VAL_ACC_BEST.key, '.4f')}")
+    return (f"{accuracy}, {number(TOKENS_PER_SEC.key, ',.0f')} tokens/s"
             f"{over}, peak memory {number(PEAK_MEMORY_MB.key, ',.0f')} MB, "
             f"{summary['duration_s']} s")
 
