@@ -19,7 +19,6 @@ from linarena.attention.validation import (
     check_state,
     check_state_kind,
     empty_output,
-    has_padding,
     zero_padding,
 )
 
@@ -134,7 +133,7 @@ class SlidingWindowAttention(ExactAttention):
         real = torch.ones(batch, length, dtype=torch.bool, device=q.device) if mask is None \
             else mask
         out = self._banded(q, keys, values, torch.cat([before, real], dim=1), real, window)
-        if has_padding(mask):
+        if mask is not None:
             out = torch.where(mask[:, None, :, None], out, 0.0)
         if not return_state:
             return out

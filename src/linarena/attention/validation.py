@@ -69,27 +69,14 @@ def check_mask_dtype(mask: Tensor, name: str) -> None:
         )
 
 
-def has_padding(mask: Tensor | None) -> bool:
-    """Whether a bool mask (batch, length) marks any position as padding.
-
-    On CPU the answer is read (a few microseconds), so that a batch without padding, as every
-    MQAR batch, skips the torch.where calls that would neutralise none, and their backward: at
-    the studies' sizes each costs more than the attention's own matrix products, and a where
-    that keeps every element changes no number. On an accelerator reading it would wait for the
-    device, so a mask there always counts as padded."""
-    if mask is None:
-        return False
-    return mask.device.type != "cpu" or not bool(mask.all())
-
-
 def zero_padding(x: Tensor, mask: Tensor | None) -> Tensor:
     """x (batch, heads, length, dim), or a token representation (batch, length, d_model), with
     padded positions set to 0 by torch.where, before x enters any computation: what a padded
     query, key, value or token holds (NaN, inf, junk) then reaches no real output and no
     gradient. Masking later by a product would not do: 0 * NaN is NaN, and the backward pass of
     a padded query's output multiplies a zero gradient by that query's NaN weights, which the
-    real keys' and values' gradients sum over. x itself where nothing is padded (has_padding)."""
-    if not has_padding(mask):
+    real keys' and values' gradients sum over."""
+    if mask is None:
         return x
     real = mask[:, None, :, None] if x.dim() == 4 else mask[:, :, None]
     return torch.where(real, x, 0.0)

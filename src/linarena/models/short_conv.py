@@ -8,10 +8,9 @@ Zoology and Based MQAR studies give every model a short causal convolution (kern
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-
-from linarena.attention.validation import zero_padding
 
 
 class ShortConv(nn.Module):
@@ -36,6 +35,6 @@ class ShortConv(nn.Module):
         """x: (batch, length, d_model); mask: bool (batch, length), True for real tokens,
         right-padded -> (batch, length, d_model). Padded positions are zeroed before mixing."""
         # where, not a product: 0 * NaN is NaN, and would reach the conv's weight gradient.
-        x = zero_padding(x, mask)
+        x = torch.where(mask.unsqueeze(-1), x, 0.0)
         padded = F.pad(x.transpose(1, 2), (self.kernel_size - 1, 0))  # (batch, d_model, length')
         return x + self.conv(padded).transpose(1, 2)

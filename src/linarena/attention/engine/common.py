@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from linarena.attention.validation import empty_output, has_padding
+from linarena.attention.validation import empty_output
 
 # The feature-map kernels (linear/) and the chunk budget of every op.
 
@@ -277,11 +277,11 @@ def prepare(
         if tuple(initial_state.shape) != expected:
             raise ValueError(f"{name}: initial_state must have shape (batch, heads, k_dim, v_dim) "
                              f"= {expected}, got {tuple(initial_state.shape)}.")
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (batch, length)):
-        raise ValueError(f"{name}: mask must be a bool tensor of shape (batch, n) = "
-                         f"({batch}, {length}), True for real tokens; got {mask.dtype} "
-                         f"{tuple(mask.shape)}.")
-    if has_padding(mask):
+    if mask is not None:
+        if mask.dtype != torch.bool or tuple(mask.shape) != (batch, length):
+            raise ValueError(f"{name}: mask must be a bool tensor of shape (batch, n) = "
+                             f"({batch}, {length}), True for real tokens; got {mask.dtype} "
+                             f"{tuple(mask.shape)}.")
         real = mask[:, None, :, None]
         q, k, v = (torch.where(real, x, 0.0) for x in (q, k, v))
         log_gate = torch.where(real, log_gate, 0.0)
