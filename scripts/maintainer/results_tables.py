@@ -1,58 +1,62 @@
-"""Write the README's result tables from the CSVs of docs/results/ (between the
-`<!-- results:<name> -->` markers), with each source's provenance and any stale mark.
+"""Write the published result tables from the CSVs of docs/results/ (between the
+`<!-- results:<name> -->` markers of the results page, the getting-started page and the README's
+summary), with each source's provenance and any stale mark.
 
-    python scripts/maintainer/results_tables.py          # update README.md
-    python scripts/maintainer/results_tables.py --check  # exit 1 if README.md differs from the CSVs
+    python scripts/maintainer/results_tables.py          # update the pages
+    python scripts/maintainer/results_tables.py --check  # exit 1 if a page differs from the CSVs
 
 A source that does not read whole (a CSV cut or edited, a damaged provenance.json, rows missing
 that its provenance record promises) is one error line naming the file and line, exit 1, and
-README.md is left as it was.
+every page is left as it was.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from linarena.analysis.provenance import PUBLISHED_DIR, REPO_ROOT
+from linarena.analysis.provenance import PUBLISHED_DIR
 from linarena.errors import LinarenaError
-from linarena.reports.results_tables import write_tables
+from linarena.reports.results_tables import PAGES, TABLES, default_pages, fill, write_pages
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md")
+    parser.add_argument("--page", type=Path, action="append", dest="pages",
+                        help=f"a page holding generated tables; repeatable (default: "
+                             f"{', '.join(PAGES)})")
     parser.add_argument("--folder", type=Path, default=PUBLISHED_DIR, help="results folder")
     parser.add_argument("--check", action="store_true", help="only compare; change nothing")
     args = parser.parse_args(argv)
+    pages = args.pages or default_pages()
     try:
-        return check(args.readme, args.folder) if args.check else write(args.readme, args.folder)
-    except LinarenaError as error:
+        return check(pages, args.folder) if args.check else write(pages, args.folder)
+    except (LinarenaError, ValueError) as error:
         print(f"results_tables.py: error: {error}", file=sys.stderr)
         return 1
 
 
-def write(readme: Path, folder: Path) -> int:
-    """Update the tables of `readme` from `folder`."""
-    names = write_tables(readme, folder)
-    print(f"{readme}: tables {', '.join(names)} written from {folder}")
+def write(pages: list[Path], folder: Path) -> int:
+    """Update the tables of `pages` from `folder`."""
+    for page, names in write_pages(pages, folder).items():
+        print(f"{page}: tables {', '.join(names) or '(none)'} written from {folder}")
     return 0
 
 
-def check(readme: Path, folder: Path) -> int:
-    """1 (and a line saying what to run) when `readme` is not what `folder` gives, else 0."""
-    with tempfile.TemporaryDirectory() as scratch:
-        copy = Path(scratch) / "README.md"
-        shutil.copyfile(readme, copy)
-        write_tables(copy, folder)
-        if copy.read_text() != readme.read_text():
-            print(f"{readme} differs from the tables of {folder}: run "
-                  "python scripts/maintainer/results_tables.py", file=sys.stderr)
-            return 1
-    return 0
+def check(pages: list[Path], folder: Path) -> int:
+    """1 (and a line per page saying what to run) when a page is not what `folder` gives."""
+    filled = {page: fill(page.read_text(), folder) for page in pages}
+    placed = {name for _, names in filled.values() for name in names}
+    if set(pages) >= set(default_pages()) and (unplaced := [n for n in TABLES if n not in placed]):
+        print(f"no page holds the table(s) {', '.join(unplaced)}", file=sys.stderr)
+        return 1
+    stale = [page for page, (text, _) in filled.items() if text != page.read_text()]
+    for page in stale:
+        print(f"{page} differs from the tables of {folder}: run "
+              "python scripts/maintainer/results_tables.py", file=sys.stderr)
+    return 1 if stale else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers.paths import REPO_ROOT
+from helpers.paths import REPO_ROOT, load_script
 
 from linarena import system
 from linarena.analysis.provenance import (
@@ -25,7 +25,7 @@ from linarena.analysis.provenance import (
     trained_by,
     unrecorded,
 )
-from linarena.reports.results_tables import write_tables
+from linarena.reports.results_tables import SUMMARIES, TABLES, default_pages, write_pages
 from linarena.system import code_version
 
 
@@ -80,18 +80,35 @@ def test_a_stale_mark_needs_a_reason_and_a_record(tmp_path: Path) -> None:
 def test_tables_are_regenerated_with_the_stale_mark(tmp_path: Path) -> None:
     folder = tmp_path / "results"
     shutil.copytree(PUBLISHED_DIR, folder)
-    readme = tmp_path / "README.md"
-    readme.write_text((REPO_ROOT / "README.md").read_text())
-    assert write_tables(readme, folder)  # as committed: nothing changes
-    assert readme.read_text() == (REPO_ROOT / "README.md").read_text(), (
-        "README.md tables differ from docs/results: run "
-        "python scripts/maintainer/results_tables.py")
+    pages = [tmp_path / page.name for page in default_pages()]
+    for page, committed in zip(pages, default_pages(), strict=True):
+        page.write_text(committed.read_text())
+    assert write_pages(pages, folder)  # as committed: nothing changes
+    for page, committed in zip(pages, default_pages(), strict=True):
+        assert page.read_text() == committed.read_text(), (
+            f"{committed} tables differ from docs/results: run "
+            "python scripts/maintainer/results_tables.py")
     records = json.loads((folder / "provenance.json").read_text())
     records["results.csv"]["stale"] = {"commit": "f" * 40, "reason": "a new init"}
     (folder / "provenance.json").write_text(json.dumps(records))
-    write_tables(readme, folder)
-    training = readme.read_text().split("<!-- results:training -->")[1].split("<!-- /results")[0]
+    write_pages(pages, folder)
+    results = next(page for page in pages if page.name == "results.md").read_text()
+    training = results.split("<!-- results:training -->")[1].split("<!-- /results")[0]
     assert "**Stale** (marked at ffffffffff): a new init." in training
+    readme = next(page for page in pages if page.name == "README.md").read_text()
+    assert "**Stale** (marked at ffffffffff)" in readme  # the summary made from results.csv
+
+
+def test_every_table_is_on_exactly_one_page_and_the_check_passes() -> None:
+    """Each table of TABLES and SUMMARIES has its markers on one page of PAGES, and those pages
+    are what docs/results gives (what `results_tables.py --check` runs in CI)."""
+    texts = {page: page.read_text() for page in default_pages()}
+    for name in [*TABLES, *SUMMARIES]:
+        holders = [page for page, text in texts.items() if f"<!-- results:{name} -->" in text]
+        assert len(holders) == 1, (name, holders)
+    assert "<!-- results:headline -->" in texts[REPO_ROOT / "README.md"]
+    script = load_script("scripts/maintainer/results_tables.py")
+    assert script.main(["--check"]) == 0
 
 
 def test_a_table_says_where_its_runs_were_trained_and_names_a_dirty_tree() -> None:

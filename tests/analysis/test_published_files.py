@@ -23,12 +23,12 @@ BENCH = "benchmark_attention.csv"
 
 @pytest.fixture
 def published(tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of docs/results and of README.md, as committed."""
+    """A copy of docs/results and of the results page (which holds the tables), as committed."""
     folder = tmp_path / "results"
     shutil.copytree(PUBLISHED_DIR, folder)
-    readme = tmp_path / "README.md"
-    readme.write_text((REPO_ROOT / "README.md").read_text())
-    return folder, readme
+    page = tmp_path / "results.md"
+    page.write_text((REPO_ROOT / "docs" / "results.md").read_text())
+    return folder, page
 
 
 def cut_mid_row(path: Path) -> int:
@@ -39,18 +39,18 @@ def cut_mid_row(path: Path) -> int:
     return 3
 
 
-def test_results_tables_refuses_a_csv_cut_mid_row_and_leaves_the_readme(
+def test_results_tables_refuses_a_csv_cut_mid_row_and_leaves_the_page(
         published: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
     folder, readme = published
     before = readme.read_text()
     line = cut_mid_row(folder / BENCH)
     script = load_script("scripts/maintainer/results_tables.py")
-    assert script.main(["--readme", str(readme), "--folder", str(folder)]) != 0
+    assert script.main(["--page", str(readme), "--folder", str(folder)]) != 0
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1
     assert f"{folder / BENCH}:{line}:" in error and "cut" in error
     assert readme.read_text() == before
-    assert script.main(["--readme", str(readme), "--folder", str(folder), "--check"]) != 0
+    assert script.main(["--page", str(readme), "--folder", str(folder), "--check"]) != 0
     assert f"{folder / BENCH}:{line}:" in capsys.readouterr().err
 
 
@@ -102,7 +102,7 @@ def test_a_truncated_provenance_file_names_the_position_and_the_fix(
     with pytest.raises(ResultFileError, match=rf"{path}:\d+:\d+: .*git restore"):
         load(folder)
     script = load_script("scripts/maintainer/results_tables.py")
-    assert script.main(["--readme", str(readme), "--folder", str(folder), "--check"]) != 0
+    assert script.main(["--page", str(readme), "--folder", str(folder), "--check"]) != 0
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and f"{path}:" in error
     assert load_script("scripts/maintainer/provenance.py").main(["--folder", str(folder)]) == 2

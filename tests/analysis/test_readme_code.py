@@ -1,6 +1,7 @@
-"""The README's code runs as written: every Python block executes in a fresh namespace, every
-`python train.py ...` command composes and passes the config checks, and every script it names
-exists. (The commands' end-to-end runs are tests/analysis/test_readme_sequence.py, marked slow.)"""
+"""The code of the README and of the documentation site's pages (docs/*.md) runs as written:
+every Python block executes in a fresh namespace, every `python train.py ...` command composes
+and passes the config checks, and every script they name exists. (The commands' end-to-end runs
+are tests/analysis/test_readme_sequence.py, marked slow.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from helpers.training import REPO, compose_config
 
 from linarena.training.config_checks import check_config, fit_validation_interval
 
-README = (REPO / "README.md").read_text()
+# The README and the site's own pages; docs/results/ holds published files, not pages.
+PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md")
+                                     if "results" not in p.relative_to(REPO / "docs").parts)]
+README = "\n".join(page.read_text() for page in PAGES)
 # ```lang ... ``` blocks, indented or not (a block inside a list item is indented).
 BLOCK = re.compile(r"^( *)```(\w+)\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
 
@@ -31,7 +35,11 @@ def _train_commands() -> list[list[str]]:
             command = line.split("#")[0].strip()
             if not command.startswith("python train.py") or "<" in command:
                 continue
-            overrides = [word for word in shlex.split(command)[2:] if word != "-m"]
+            words = shlex.split(command)[2:]
+            if "--cfg" in words:  # Hydra's own flag and its value: not overrides
+                at = words.index("--cfg")
+                del words[at:at + 2]
+            overrides = [word for word in words if word != "-m"]
             commands.append([_first_value(word) for word in overrides])
     return commands
 
@@ -47,11 +55,13 @@ TRAIN_COMMANDS = _train_commands()
 
 def test_the_readme_has_the_blocks_these_tests_read() -> None:
     assert len(PYTHON_BLOCKS) >= 2 and len(TRAIN_COMMANDS) >= 10
+    readme = (REPO / "README.md").read_text()
+    assert "```python" in readme and "python train.py" in readme
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=lambda b: b.splitlines()[0][:40])
 def test_every_python_block_runs_as_written(block: str) -> None:
-    exec(compile(block, "<README.md python block>", "exec"), {"__name__": "readme_block"})
+    exec(compile(block, "<README.md or docs python block>", "exec"), {"__name__": "readme_block"})
 
 
 @pytest.mark.parametrize("overrides", TRAIN_COMMANDS, ids=" ".join)
@@ -64,5 +74,5 @@ def test_every_train_command_composes_and_passes_the_checks(overrides: list[str]
 
 def test_every_script_the_readme_names_exists() -> None:
     scripts = set(re.findall(r"\bscripts/[\w./-]+\.(?:py|sh)\b", README))
-    assert scripts, "no scripts named in the README"
+    assert scripts, "no scripts named in the README or the docs"
     assert [s for s in sorted(scripts) if not (REPO / s).is_file()] == []

@@ -1,6 +1,7 @@
-"""Reports over every published result: the README's result tables (results_tables.py), the
-one-run command below each (results_points.py), and the golden runs of every preset behind a
-published result (golden.py).
+"""Reports over every published result: the result tables of the documentation's results page
+and the README's summary of them (results_tables.py), the one-run command below each
+(results_points.py), the golden runs of every preset behind a published result (golden.py), and
+the documentation site's generated configuration page (config_reference.py, site_hooks.py).
 
 The layers, lowest first: analysis (benchmarks, comparisons, statistics, provenance, result
 files, the summary.json reader), then studies (which imports analysis), then reports. Reports

@@ -1,13 +1,17 @@
-"""The README's result tables, generated from the CSVs of docs/results/ (never hand-copied).
+"""The published result tables, generated from the CSVs of docs/results/ (never hand-copied).
 
-Each table sits in README.md between `<!-- results:<name> -->` and `<!-- /results:<name> -->`;
+Each table sits on a page of the documentation (PAGES: the results page, the getting-started
+page, and the README's summary) between `<!-- results:<name> -->` and
+`<!-- /results:<name> -->`;
 `write_tables` replaces what is between the markers with the table made from its source files,
 preceded by a short caption (command, commit, machine, date: linarena.analysis.results_captions)
 and, when a source file is marked stale in provenance.json, a stale mark with the commit and the
 reason; followed by the command of one run that reproduces one published point
 (linarena.reports.results_points). A table whose source files are not there yet (a study not
 run) is one line saying so and what makes them. Every CSV is read whole or refused
-(linarena.analysis.result_files): a damaged source stops the update before README.md changes.
+(linarena.analysis.result_files): a damaged source stops the update before any page changes.
+The README's `headline` block (SUMMARIES) is a summary of the results page's tables, made from
+the same CSVs, so its numbers cannot differ from theirs.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from linarena.analysis.provenance import PUBLISHED_DIR, load
+from linarena.analysis.provenance import PUBLISHED_DIR, REPO_ROOT, load
 from linarena.analysis.result_files import read_csv_checked
 from linarena.analysis.results_captions import caption_lines
 from linarena.analysis.statistics import RECALL_TASKS, SUCCESS_THRESHOLD
@@ -39,7 +43,7 @@ ERROR_LABELS = {"performer": "linarena", "performer_pytorch": "performer-pytorch
 
 
 def number(value: float) -> str:
-    """README style: one decimal below 100, whole numbers with thousands separators above."""
+    """The tables' style: one decimal below 100, whole numbers with thousands separators above."""
     if pd.isna(value):
         return "–"
     return f"{value:.1f}" if abs(value) < 100 else f"{value:,.0f}"
@@ -135,7 +139,7 @@ def default_run_table(folder: Path) -> str:
 
 def written_table(markdown_file: str) -> Callable[[Path], str]:
     """A table a report script wrote whole, caption and cells, from its CSV (mqar_study.py,
-    mqar_step_budget.py, mqar_mixture.py): the README takes that file as it is."""
+    mqar_step_budget.py, mqar_mixture.py): the page takes that file as it is."""
     return lambda folder: (folder / markdown_file).read_text().strip()
 
 
@@ -160,8 +164,51 @@ STAGES = {"default_run": "quickstart", "attention": "bench", "attention_causal":
           "mqar_state_size": "study", "mqar_step_budget": "study", "mqar_mixture": "mixture"}
 
 
+def headline_table(folder: Path) -> str:
+    """The README's summary, one row per attention: ListOps accuracy (mean ± std over seeds),
+    MQAR seeds at the threshold, and the training step's tokens/s at the longest benchmarked
+    length as a multiple of softmax's, each from the table of the results page it summarises."""
+    sweeps = training_csv(folder / "results.csv")
+    step = model_csv(folder / "benchmark_model.csv")
+    step = step[step["what"] == "model_step"]
+    longest = int(step["length"].max())
+    speed = step[step["length"] == longest].set_index("attention")["tokens_per_sec"]
+    listops = sweeps[~sweeps["task"].isin(RECALL_TASKS)].set_index("attention")
+    recall = sweeps[sweeps["task"].isin(RECALL_TASKS)].set_index("attention")
+    threshold = f"{100 * SUCCESS_THRESHOLD:.0f}%"
+    rows = []
+    for attention in dict.fromkeys([*sweeps["attention"], *speed.index]):
+        accuracy = (f"{listops.loc[attention, 'test_acc_pct_mean']:.1f} ± "
+                    f"{listops.loc[attention, 'test_acc_pct_std']:.1f}"
+                    if attention in listops.index else "–")
+        recalled = (f"{int(recall.loc[attention, 'successes'])}/"
+                    f"{int(recall.loc[attention, 'n_seeds'])}"
+                    if attention in recall.index and "successes" in recall.columns else "–")
+        ratio = (f"{speed[attention] / speed['softmax']:.1f}x"
+                 if attention in speed.index and "softmax" in speed.index else "–")
+        rows.append([_name(attention), accuracy, recalled, ratio])
+    tasks = ", ".join(dict.fromkeys(listops["task"].tolist() + recall["task"].tolist()))
+    return markdown(["attention", "ListOps test acc (%), short, 10 seeds",
+                     f"MQAR seeds at {threshold}", f"training speed at N={longest:,} vs softmax"],
+                    rows) + (f"\n\nSmall budgets on a 2-core CPU ({tasks}): read the spreads, the "
+                             "pair tests and the limits on [the results page](docs/results.md) "
+                             "before ranking two rows.")
+
+
+# The README's summaries of the results page: name -> (source files, table maker), rendered with
+# the captions of their sources and no one-run line (each row is a table of the results page).
+SUMMARIES: dict[str, tuple[tuple[str, ...], Callable[[Path], str]]] = {
+    "headline": (("results.csv", "benchmark_model.csv"), headline_table),
+}
+SUMMARY_STAGES = {"headline": "sweeps"}
+# The files that hold generated blocks, relative to the repository's root.
+PAGES = ("README.md", "docs/getting-started.md", "docs/results.md")
+
+
 def render(name: str, folder: Path = PUBLISHED_DIR) -> str:
     """The text between the markers of table `name`: caption, table, one-run command."""
+    if name in SUMMARIES:
+        return _render_summary(name, folder)
     sources, make = TABLES[name]
     missing = [source for source in sources if not (folder / source).is_file()]
     if missing:
@@ -176,16 +223,54 @@ def render(name: str, folder: Path = PUBLISHED_DIR) -> str:
     return "\n".join(["", *lines, "", make(folder), *(["", points] if points else []), ""])
 
 
-def write_tables(readme: Path, folder: Path = PUBLISHED_DIR) -> list[str]:
-    """Replace every marked table of `readme`; returns the names replaced."""
-    text = readme.read_text()
+def _render_summary(name: str, folder: Path) -> str:
+    sources, make = SUMMARIES[name]
+    missing = [source for source in sources if not (folder / source).is_file()]
+    if missing:
+        files = ", ".join(f"docs/results/{source}" for source in missing)
+        return (f"\nNot run yet ({files} missing): `bash scripts/maintainer/reproduce_results.sh "
+                f"{SUMMARY_STAGES[name]}`\n")
+    for source in sources:
+        read_csv_checked(folder / source)
+    lines = caption_lines(sources, load(folder), SUMMARY_STAGES[name])
+    return "\n".join(["", make(folder), "", *lines, ""])
+
+
+def fill(text: str, folder: Path = PUBLISHED_DIR) -> tuple[str, list[str]]:
+    """`text` with every marked block made again from `folder`, and the names of the blocks."""
     done = []
-    for name in TABLES:
+    for name in [*TABLES, *SUMMARIES]:
         pattern = re.compile(rf"(<!-- results:{name} -->)(.*?)(<!-- /results:{name} -->)",
                              re.DOTALL)
         if pattern.search(text):
             body = render(name, folder)
             text = pattern.sub(lambda match, body=body: match[1] + body + match[3], text)
             done.append(name)
-    write_text_atomic(readme, text)
+    return text, done
+
+
+def write_tables(page: Path, folder: Path = PUBLISHED_DIR) -> list[str]:
+    """Replace every marked table of `page`; returns the names replaced."""
+    text, done = fill(page.read_text(), folder)
+    write_text_atomic(page, text)
     return done
+
+
+def default_pages(root: Path = REPO_ROOT) -> list[Path]:
+    """The pages that hold the generated blocks (PAGES), under `root`."""
+    return [root / page for page in PAGES]
+
+
+def write_pages(pages: list[Path], folder: Path = PUBLISHED_DIR) -> dict[Path, list[str]]:
+    """Every page made again from `folder`, all or none: every table is rendered (a damaged
+    source stops here, before any page changes), then each page is written. Returns the names
+    written per page; a table of TABLES that no page holds is an error."""
+    filled = {page: fill(page.read_text(), folder) for page in pages}
+    placed = [name for _, names in filled.values() for name in names]
+    unplaced = [name for name in TABLES if name not in placed]
+    if unplaced and set(pages) >= set(default_pages()):
+        raise ValueError(f"no page holds the table(s) {', '.join(unplaced)}: add "
+                         "<!-- results:NAME --><!-- /results:NAME --> where each belongs")
+    for page, (text, _) in filled.items():
+        write_text_atomic(page, text)
+    return {page: names for page, (_, names) in filled.items()}
