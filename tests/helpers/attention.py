@@ -3,171 +3,48 @@ references applied to a module: quadratic attention with phi from each map's own
 function, and the token-by-token recurrence (linarena.attention.engine.gated.naive) on the
 inputs a RecurrentAttention gives it.
 
-A new file in conf/attention/ gets every generic attention test with no test edited.
+A new file in conf/attention/ gets every generic attention test with no test edited. The
+builders and references live in linarena.arena.reference, which the arena's certificate runs
+too, so the tests and the certificate check the same thing.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from linarena.arena.reference import (  # noqa: F401 (re-exported to the tests)
+    HEAD_DIM,
+    HEADS,
+    LAYER_HEADS,
+    LAYER_WIDTH,
+    UNIT_ROUNDOFF_64,
+    TokenFromQ,
+    build,
+    build_layer,
+    core,
+    float64_tolerance,
+    inputs,
+    padding_mask,
+    quadratic_reference,
+    recurrence_reference,
+)
 from linarena.attention import LinearAttention
-from linarena.attention.engine.gated.naive import recurrence
-from linarena.attention.engine.linear.naive import allowed_pairs
-from linarena.attention.layers import build_attention
-from linarena.attention.recurrent import RecurrentAttention
-from linarena.attention.variants import is_layer, is_linear, load_variant, variant_names
+from linarena.attention.variants import is_layer, is_linear, variant_names
 
-HEAD_DIM = 16
-HEADS = 3
 # The cores (modules on the block's q, k, v), which every generic attention test takes; the whole
 # layers (x -> x, linarena.attention.layers) have their own generic tests (tests/attention/
 # test_layers.py).
 VARIANTS = [name for name in variant_names() if not is_layer(name)]
 LAYER_VARIANTS = [name for name in variant_names() if is_layer(name)]
 LINEAR_VARIANTS = [name for name in VARIANTS if is_linear(name)]
-
-
-def build(name: str, causal: bool, head_dim: int = HEAD_DIM, max_length: int = 64,
-          chunk_size: int | None = 8, seed: int = 0, heads: int = HEADS,
-          rotary: nn.Module | None = None) -> nn.Module:
-    """The module `attention=<name>` builds in training, with small causal chunks (so short
-    inputs span several) and the global seed set (Performer's seedless draw, learned maps).
-    A core that reads the token comes wrapped in TokenFromQ (model width heads * head_dim).
-    `rotary`: relative positions, passed as the model passes them (model.positions=rope)."""
-    factory = load_variant(name, {"max_length": max_length, "num_heads": heads,
-                                  "d_model": heads * head_dim})
-    torch.manual_seed(seed)
-    chunks = {"chunk_size": chunk_size} if chunk_size and issubclass(
-        factory.func, LinearAttention) else {}
-    positions = {} if rotary is None else {"rotary": rotary}
-    attn = factory(head_dim=head_dim, causal=causal, **chunks, **positions)
-    return TokenFromQ(attn) if getattr(attn, "reads_token", False) else attn
-
-
-def core(attn: nn.Module) -> nn.Module:
-    """The attention module itself, out of a TokenFromQ."""
-    return attn.core if isinstance(attn, TokenFromQ) else attn
-
-
-class TokenFromQ(nn.Module):
-    """A core that reads the token (gates, beta), called as every other: its token x is q with
-    the heads side by side (batch, length, heads * head_dim), so gates and beta vary with the
-    input, padding junk included, and gradients reach them."""
-
-    def __init__(self, core: nn.Module) -> None:
-        super().__init__()
-        self.core = core
-        self.causal = core.causal
-
-    @staticmethod
-    def token(q: Tensor) -> Tensor:
-        return q.transpose(1, 2).flatten(2) if q.dim() == 4 else q
-
-    def forward(self, q, k, v, mask=None, **state_options):
-        return self.core(q, k, v, mask, x=self.token(q), **state_options)
-
-    def step(self, q, k, v, state=None):
-        return self.core.step(q, k, v, state, x=q.flatten(1) if q.dim() == 3 else q)
-
-    def reference(self, q, k, v, mask=None):
-        """The float64 token-by-token recurrence on the core's own inputs (its gates, beta, q/k
-        transforms) and its output normalisation; padded tokens are left out of the state."""
-        r = self.core.recurrence_inputs(q, k, v, self.token(q))
-        return recurrence_reference(self.core, r, mask)
-
-
-def inputs(batch=2, heads=3, length=37, dtype=torch.float64, seed=0, scale=1.0,
-           head_dim=HEAD_DIM) -> list[Tensor]:
-    """q, k, v of shape (batch, heads, length, head_dim)."""
-    g = torch.Generator().manual_seed(seed)
-    return [scale * torch.randn(batch, heads, length, head_dim, generator=g, dtype=dtype)
-            for _ in range(3)]
-
-
 FEATURE_MAP_VARIANTS = [name for name in LINEAR_VARIANTS
                         if isinstance(build(name, causal=False), LinearAttention)]
 
 
-# Unit roundoff of float64 (2^-53).
-UNIT_ROUNDOFF_64 = torch.finfo(torch.float64).eps / 2
-
-
 def assert_close_float64(actual: Tensor, expected: Tensor, terms: int) -> None:
-    """Two float64 computations of one quantity agree to what rounding allows.
-
-    Each element is a sum of at most `terms` products (attention: length x features, through
-    two matrix products). A computed sum of n products x_i y_i is within n u sum|x_i y_i| of the
-    exact value (u = 2^-53; Higham, Accuracy and Stability of Numerical Algorithms, sec. 3.1),
-    wherever the BLAS puts its partial sums: blocking, vector width and thread count move a
-    result inside that interval, so two results differ by at most twice that. sum|x_i y_i| is
-    bounded here, normwise, by the largest magnitude in `expected` (the terms are of the order of
-    the tensor's entries); a factor 16 covers the few operations around the sums (normaliser,
-    division, chunk-state updates). An implementation error is orders of magnitude larger.
-    """
-    scale = expected.abs().max().item()
-    atol = 2 * 16 * terms * UNIT_ROUNDOFF_64 * max(scale, 1.0)
-    torch.testing.assert_close(actual, expected, rtol=0, atol=atol)
-
-
-def padding_mask(lengths: list[int], length: int) -> Tensor:
-    """bool (batch, length), True for the first lengths[b] tokens (right padding)."""
-    return torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]
-
-
-def quadratic_reference(attn: nn.Module, q, k, v, mask=None) -> Tensor:
-    """Plain quadratic attention in float64: softmax for an exact module; for a
-    LinearAttention, weights phi(q_i) . phi(k_j) with phi from its map's own features (true
-    features: phi * exp(log_scale) for queries and keys, no stabiliser), normalised with the
-    module's eps, then its output_norm."""
-    q, k, v = q.double(), k.double(), v.double()
-    if isinstance(attn, TokenFromQ):
-        return attn.reference(q, k, v, mask)
-    if isinstance(attn, RecurrentAttention):
-        return recurrence_reference(attn, attn.recurrence_inputs(q, k, v, None), mask)
-    batch, _, length, _ = q.shape
-    allowed = allowed_pairs(mask, batch, length, attn.causal)
-    window = getattr(attn, "window", None)
-    if window is not None:  # sliding-window attention: keys with |i - j| < window only
-        i = torch.arange(length)
-        allowed = allowed & ((i[:, None] - i[None, :]).abs() < window)
-    if not isinstance(attn, LinearAttention):
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~allowed, -math.inf)
-        return torch.softmax(scores, dim=-1) @ v
-    feature_map, positions = attn.feature_map, torch.arange(length)
-    context = feature_map.context(mask, batch, length, q.device)
-    phi_q, query_log_scale = feature_map.features(q, positions, context, True)
-    phi_k, log_scale = feature_map.features(k, positions, context, False)
-    if query_log_scale is not None:
-        phi_q = phi_q * torch.exp(query_log_scale)[..., None]
-    if log_scale is not None:
-        phi_k = phi_k * torch.exp(log_scale)[..., None]
-    weights = (phi_q @ phi_k.transpose(-1, -2)) * allowed
-    return attn.output_norm(weights @ v / (weights.sum(-1, keepdim=True) + attn.eps))
-
-
-def recurrence_reference(attn: RecurrentAttention, r, mask=None) -> Tensor:
-    """engine/gated/naive.py's recurrence on r (a Recurrence), then attn's output(): each
-    sequence on its own, cut to its real tokens (so padding never enters the state)."""
-    batch, _, length, _ = r.q.shape
-    lengths = [length] * batch if mask is None else mask.sum(-1).tolist()
-    out = torch.zeros(*r.q.shape[:3], r.v.shape[-1], dtype=torch.float64)
-    for b, n in enumerate(lengths):
-        part = [None if t is None else t[b:b + 1, :, :n] for t in (r.q, r.k, r.v, r.log_gate,
-                                                                   r.beta)]
-        out[b:b + 1, :, :n] = recurrence(*part, causal=attn.causal, scale=r.scale)[0]
-    return attn.output(out)
-
-
-LAYER_WIDTH, LAYER_HEADS = 32, 2
-
-
-def build_layer(name: str, causal: bool, d_model: int = LAYER_WIDTH, num_heads: int = LAYER_HEADS,
-                seed: int = 0, rotary: nn.Module | None = None) -> nn.Module:
-    """The layer `attention=<name>` builds in a model of this width and heads (the global seed
-    set first), as linarena.attention.layers.build_attention builds it."""
-    factory = load_variant(name, {"max_length": 64, "num_heads": num_heads, "d_model": d_model})
-    torch.manual_seed(seed)
-    return build_attention(factory, d_model // num_heads, causal, rotary)
+    """Two float64 computations of one quantity agree to what rounding allows
+    (linarena.arena.reference.float64_tolerance: each element a sum of at most `terms`
+    products)."""
+    torch.testing.assert_close(actual, expected, rtol=0,
+                               atol=float64_tolerance(expected, terms))

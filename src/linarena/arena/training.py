@@ -1,0 +1,106 @@
+"""The card's training: the published protocols run for one subject through the studies' own
+runner (studies.study: a run with a summary.json is finished, so the same command resumes), in
+folders under the card's root: <root>/state_size/<point>/<name>/ and
+<root>/listops/seed<s>/<name>/.
+
+- The MQAR state-size study (studies.state_size): the preset's grid at the widths and
+  short-conv settings asked for, each column in the study's three steps (every lr at the lr
+  seeds, the lr chosen on validation accuracy; the other seeds at it; more seeds where they
+  split).
+- The small-budget ListOps sweep (studies.seed_sweep, `trainer.max_steps=300`, the default
+  config): every seed asked for, each run in a process of its own, two threads, as published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from linarena.analysis.runs import read_run
+from linarena.arena.subject import Subject
+from linarena.metrics import TEST_ACC, TOKENS_PER_SEC
+from linarena.studies.preset import load_grid
+from linarena.studies.runs import study_runs
+from linarena.studies.seed_sweep import SweepPoint
+from linarena.studies.state_size import STAGES, columns, stage_tasks
+from linarena.studies.study import pending, run_tasks
+from linarena.training.summary import SUMMARY_FILE
+
+STATE_SIZE_PRESET = "mqar_study_cpu"
+LISTOPS_OVERRIDES = ("trainer.max_steps=300",)  # the published sweep's (README, small budget)
+LISTOPS_THREADS = 2
+
+
+def state_size_grid(subject: Subject, widths: Sequence[int],
+                    short_convs: Sequence[int] | None = None,
+                    study: Sequence[str] = ()) -> dict[str, Any]:
+    """The study preset's grid at `widths` (and `short_convs`, default the preset's; `study`:
+    study.* overrides of it, e.g. fewer lrs), with the subject's own entry only: its
+    overrides, or the preset's settings of it (the window of 16 it gives swa and
+    based_layer)."""
+    grid = load_grid(STATE_SIZE_PRESET,
+                     [f"study.widths=[{','.join(map(str, widths))}]", *study])
+    if short_convs is not None:
+        grid["short_conv"] = list(short_convs)
+    own = list(subject.overrides) or grid["entries"].get(subject.name, [])
+    grid["entries"] = {subject.name: own} if own else {}
+    return grid
+
+
+def state_size_columns(subject: Subject, grid: dict[str, Any]) -> list[tuple[int, int]]:
+    """The (width, short conv) columns the study trains the subject at."""
+    return [column for column in columns(grid) if subject.trains_at(column[1])]
+
+
+def run_state_size(subject: Subject, grid: dict[str, Any], root: Path, jobs: int,
+                   extra: Sequence[str]) -> dict[str, int]:
+    """Train what is left of the subject's state-size runs (one thread each, as the study),
+    column by column and step by step; a count per outcome."""
+    counts: dict[str, int] = {}
+    for column in state_size_columns(subject, grid):
+        for stage in STAGES:
+            todo = stage_tasks(stage, grid, root, [subject.name], column, None)
+            print(f"state size, d_model {column[0]}, short conv {column[1]}, {stage}: "
+                  f"{sum(len(n) for _, n in todo)} runs to go", flush=True)
+            run_tasks(todo, STATE_SIZE_PRESET, root, jobs, 1, extra, counts,
+                      entries=grid["entries"])
+    return counts
+
+
+def state_size_runs(root: Path) -> pd.DataFrame | None:
+    """The finished state-size runs under `root` (studies.runs' rows), None before any."""
+    if not root.is_dir() or not any(root.rglob(SUMMARY_FILE)):
+        return None
+    return study_runs(root, None)
+
+
+def run_listops(subject: Subject, seeds: Sequence[int], root: Path, extra: Sequence[str]
+                ) -> dict[str, int]:
+    """Train the subject's ListOps runs left at `seeds`, one at a time; a count per outcome."""
+    entries = {subject.name: list(subject.overrides)} if subject.overrides else None
+    todo = pending([(SweepPoint(seed), [subject.name]) for seed in seeds], root, frozenset())
+    print(f"listops: {len(todo)} runs to go", flush=True)
+    counts: dict[str, int] = {}
+    run_tasks(todo, None, root, 1, LISTOPS_THREADS, [*LISTOPS_OVERRIDES, *extra], counts,
+              entries=entries)
+    return counts
+
+
+def listops_runs(subject: Subject, seeds: Sequence[int], root: Path) -> pd.DataFrame:
+    """One row per finished ListOps run: seed, test_acc (a fraction), tokens_per_sec,
+    duration_s, commit, cpu, cpu_kernels."""
+    rows = []
+    for seed in seeds:
+        path = root / SweepPoint(seed).folder_name / subject.name / SUMMARY_FILE
+        if not path.is_file():
+            continue
+        record = read_run(path)
+        rows.append({"seed": seed, "test_acc": record.metrics.get(TEST_ACC.key),
+                     "tokens_per_sec": record.metrics.get(TOKENS_PER_SEC.key),
+                     "duration_s": record.duration_s, "commit": record.commit,
+                     "cpu": record.cpu, "cpu_kernels": record.cpu_kernels})
+    return pd.DataFrame(rows, columns=["seed", "test_acc", "tokens_per_sec", "duration_s",
+                                       "commit", "cpu", "cpu_kernels"])
