@@ -93,7 +93,7 @@ def crossover(times: pd.DataFrame, name: str, baseline: str = "softmax") -> int 
     every longer measured length; None when it is not faster at the longest."""
     ok = times[times["status"] == "ok"].pivot(index="length", columns="variant",
                                                values="fwd_bwd_ms")
-    if name not in ok or baseline not in ok:
+    if name not in ok or baseline not in ok or name == baseline:
         return None
     both = ok[[name, baseline]].dropna().sort_index()
     faster = both[name] < both[baseline]

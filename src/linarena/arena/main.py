@@ -174,10 +174,11 @@ def run(args: argparse.Namespace, subject: Subject, command: str) -> int:
         states = [(f"d_model {width}, 8 heads, {n} tokens",
                    *state_per_layer(subject.parts, width, 8, n, subject.conf_dir))
                   for n in (max(args.lengths),)]
-        name = subject.parts[0]
-        body, line = cost_section(times, name, states, args.causal)
-        card.sections.append((f"Cost{'' if len(subject.parts) == 1 else f' ({name})'}", body))
-        opening.append(line)
+        for name in subject.parts:  # a hybrid: each of its variants, one layer of each kept
+            body, line = cost_section(times, name, states, args.causal)
+            alone = len(subject.parts) == 1
+            card.sections.append((f"Cost{'' if alone else f' ({name})'}", body))
+            opening.append(line if alone else line.replace("Cost:", f"Cost of {name}:", 1))
     if "state_size" in args.sections:
         grid = state_size_grid(subject, args.widths, args.short_convs, args.study)
         root = args.root / "state_size"

@@ -26,15 +26,6 @@ class Subject:
     overrides: tuple[str, ...] = ()
     conf_dir: Path = CONF_DIR
 
-    @property
-    def is_hybrid(self) -> bool:
-        return self.name not in self.parts
-
-    def run_overrides(self) -> list[str]:
-        """What selects it in a train.py run besides the study's own settings."""
-        extra = [] if self.conf_dir == CONF_DIR else [f"hydra.searchpath=[file://{self.conf_dir}]"]
-        return [*self.overrides, *extra]
-
     def trains_at(self, short_conv: int) -> bool:
         """Whether the state-size study trains it at `short_conv` (a model with a layer that
         owns its short convolutions only without the model's, state_size.trains_at)."""
