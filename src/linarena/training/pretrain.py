@@ -47,7 +47,7 @@ class PretrainModule(ClassificationModule):
 
     Args:
         model: the classifier, built with the mask token's row under mlm (vocab_size + 1 rows);
-            its `head` stays as built and untrained.
+            its `head` stays as built, frozen.
         optim: optimizer and schedule settings.
         vocab_size: the task's token ids, padding included, mask token excluded.
         objective: "mlm" or "lm".
@@ -70,6 +70,9 @@ class PretrainModule(ClassificationModule):
         # Built after the model, so the model's weights are those a run of the same seed without
         # pretraining starts from.
         model.add_module(LM_HEAD, LMHead(model.final_norm.normalized_shape[0], vocab_size - 1))
+        # The classifier head gets no gradient here (fine-tuning initialises its own): frozen, so
+        # that DDP does not wait for its gradients.
+        model.head.requires_grad_(False)
         self.objective = objective
         self.mask_fraction = mask_fraction
         self.mask_id = vocab_size  # the row appended to the token table

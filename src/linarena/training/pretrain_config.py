@@ -136,12 +136,14 @@ def stage_config(cfg: DictConfig, which: str, run_dir: Path) -> DictConfig:
     """The config of stage `which` (pretrain or finetune) of the two-stage run in `run_dir`: the
     run's config in <run_dir>/<which>, with pretrain.stage set. The pretraining stage trains
     pretrain.max_steps steps with the optim settings changed by pretrain.optim; the fine-tuning
-    stage is the run's own trainer and optim, from the pretraining's last checkpoint."""
+    stage is the run's own trainer and optim, from the pretraining's last checkpoint. Each
+    stage's W&B run is tagged spt-pretrain or spt-finetune."""
     staged = copy.deepcopy(cfg)
     node = staged.pretrain
     with open_dict(staged):
         staged.paths.output_dir = str(run_dir / which)
         staged.ckpt_path = None
+        staged.tags = [*staged.get("tags", []), f"spt-{which}"]  # the stages' W&B runs apart
         node.stage = which
         if which == FINETUNE:
             staged.init_weights = str(run_dir / PRETRAINED_CHECKPOINT)
