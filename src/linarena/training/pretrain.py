@@ -31,6 +31,7 @@ from linarena.metrics import (
 )
 from linarena.models.heads import LMHead
 from linarena.models.transformer import TransformerClassifier
+from linarena.training.log_steps import logs_this_step
 from linarena.training.module import ClassificationModule
 from linarena.training.optim import OptimSettings
 from linarena.training.pretrain_config import MLM, OBJECTIVES
@@ -99,24 +100,30 @@ class PretrainModule(ClassificationModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, preds, targets, _ = self.predict_tokens(batch, "train", self.global_step)
-        self.train_acc(preds, targets)
-        self.log(PRETRAIN_LOSS.key, loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log(PRETRAIN_ACC.key, self.train_acc, on_step=True, on_epoch=False)
-        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log(TRAIN_LR.key, lr, on_step=True, on_epoch=False)
+        # Per-step values: computed and logged only on the steps a logger receives (log_steps).
+        if logs_this_step(self.trainer):
+            self.train_acc(preds, targets)
+            self.log(PRETRAIN_LOSS.key, loss, on_step=True, on_epoch=False, prog_bar=True)
+            self.log(PRETRAIN_ACC.key, self.train_acc, on_step=True, on_epoch=False)
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            self.log(TRAIN_LR.key, lr, on_step=True, on_epoch=False)
         return loss
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, preds, targets, scored = self.predict_tokens(batch, "val", batch_idx)
-        self.val_loss(loss, weight=scored)
-        self.val_acc(preds, targets)
-        self.log(PRETRAIN_VAL_LOSS.key, self.val_loss, on_step=False, on_epoch=True)
-        self.log(PRETRAIN_VAL_ACC.key, self.val_acc, on_step=False, on_epoch=True, prog_bar=True)
+        self.val_loss.update(loss, weight=scored)
+        self.val_acc.update(preds, targets)
 
     def on_validation_epoch_end(self) -> None:
+        # Once per validation, from the batches' accumulated state, as ClassificationModule.
+        acc = self.val_acc.compute()
+        self.log(PRETRAIN_VAL_LOSS.key, self.val_loss.compute(), sync_dist=True)
+        self.log(PRETRAIN_VAL_ACC.key, acc, prog_bar=True, sync_dist=True)
+        self.val_loss.reset()
+        self.val_acc.reset()
         if self.trainer.sanity_checking:
             return
-        self.val_acc_best(self.val_acc.compute())
+        self.val_acc_best(acc)
         self.log(PRETRAIN_VAL_ACC_BEST.key, self.val_acc_best.compute(), prog_bar=True,
                  sync_dist=True)
 
