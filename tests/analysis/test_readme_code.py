@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 import textwrap
+from pathlib import Path
 
 import pytest
 from helpers.training import REPO, compose_config
@@ -65,9 +66,12 @@ def test_every_python_block_runs_as_written(block: str) -> None:
 
 
 @pytest.mark.parametrize("overrides", TRAIN_COMMANDS, ids=" ".join)
-def test_every_train_command_composes_and_passes_the_checks(overrides: list[str]) -> None:
+def test_every_train_command_composes_and_passes_the_checks(overrides: list[str],
+                                                             tmp_path: Path) -> None:
     hydra_only = [o for o in overrides if o.startswith(("hydra/", "hydra.", "hparams_search"))]
-    cfg = compose_config([o for o in overrides if o not in hydra_only] + hydra_only)
+    # With Hydra's runtime installed, as train.py has it: ${hydra:runtime.choices.data} (the
+    # task's name, which e.g. pretrain=mlm reads its masking fraction by) resolves.
+    cfg = compose_config([o for o in overrides if o not in hydra_only] + hydra_only, tmp_path)
     fit_validation_interval(cfg, overrides)  # as a run does before its checks (run.py)
     check_config(cfg)
 
