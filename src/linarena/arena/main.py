@@ -27,6 +27,7 @@ from linarena.arena.certificate import LONG_LENGTH, certify_parts
 from linarena.arena.checks import FAIL, Row, summary_line
 from linarena.arena.comparisons import (
     listops_comparison,
+    machines,
     published_listops,
     published_state_size,
     state_size_comparison,
@@ -80,7 +81,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--wandb", action="store_true", help="log the runs to W&B")
     parser.add_argument("--root", type=Path, help="work folder (outputs/arena/<name>)")
     parser.add_argument("--out", type=Path, help="where the card goes (default --root)")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # overrides may follow the options
 
 
 def settings(args: argparse.Namespace, subject: Subject) -> argparse.Namespace:
@@ -195,7 +196,7 @@ def run(args: argparse.Namespace, subject: Subject, command: str) -> int:
                      state_size_comparison(p, published, published_runs)
                      for _, p in points.iterrows()}
             card.figures["state_size.png"] = state_size_figure(points, published, label)
-            body, line = state_size_section(points, found, "state_size.png")
+            body, line = state_size_section(points, found, "state_size.png", machines(runs))
             card.sections.append(("MQAR recall against state size", body))
             opening.append(line)
     if "listops" in args.sections:

@@ -7,6 +7,7 @@ import pandas as pd
 
 from linarena.analysis.statistics import ALPHA, SUCCESS_THRESHOLD
 from linarena.arena.card import number, table
+from linarena.arena.comparisons import machines
 from linarena.arena.cost import crossover, ratios
 
 
@@ -51,15 +52,17 @@ def cost_section(times: pd.DataFrame, name: str, states: list[tuple[str, int, st
 
 
 def state_size_section(points: pd.DataFrame, comparisons: dict[tuple[int, int], pd.DataFrame],
-                       figure: str) -> tuple[str, str]:
+                       figure: str, trained_on: str) -> tuple[str, str]:
     """(body, opening line): the subject's points (its lr chosen as the study chooses), each
-    against the published points of its column (Fisher, Holm), and the figure."""
+    against the published points of its column (Fisher, Holm), and the figure; `trained_on`:
+    the machines and commits of the subject's runs."""
     body = [f"MQAR under the state-size study's protocol (`experiment=mqar_study_cpu`: vocab 64, "
             "64 tokens, 8 pairs, 2 layers, one head, at most 2,000 steps; every lr at seeds 1-2, "
             "the lr chosen on their median validation accuracy, seeds 3-5 at it, 6-10 where "
             f"they split). A seed recalls at {SUCCESS_THRESHOLD:.0%} test accuracy. Compared "
             "as rates (Fisher's exact test), never seed by seed: a seed's outcome can move "
-            "with the CPU; each published row names its machines and commit.", "",
+            "with the CPU; each published row names its machines and commit. This variant's "
+            f"runs: {trained_on}.", "",
             f"![state size]({figure})", ""]
     lines = []
     for point in points.itertuples():
@@ -83,7 +86,9 @@ def state_size_section(points: pd.DataFrame, comparisons: dict[tuple[int, int], 
                      f"{point.successes}/{point.n_seeds} seeds recall; at n = {point.n_seeds} "
                      f"against the published points' 5-10, Fisher p < {ALPHA} separates it "
                      f"above {_names(above)} and below {_names(below)}; the other "
-                     f"{len(found) - len(above) - len(below)} are not separated.")
+                     f"{len(found) - len(above) - len(below)} are not separated; after Holm "
+                     f"over the column's {len(found)}, "
+                     f"{int(found['separated_after_holm'].sum())} are.")
     return "\n".join(body), " ".join(lines)
 
 
@@ -100,7 +105,8 @@ def listops_section(runs: pd.DataFrame, comparison: pd.DataFrame, figure: str | 
             "listops_small, 2 layers, d_model 128, each seed its own process on 2 threads). "
             f"This variant: {len(acc)} seeds, mean {100 * mean:.2f}% ± {100 * std:.2f} (sample "
             f"std), range {100 * acc.min():.2f}-{100 * acc.max():.2f}%, median "
-            f"{number(runs['tokens_per_sec'].median())} tokens/s on this machine. The exact "
+            f"{number(runs['tokens_per_sec'].median())} tokens/s on this machine "
+            f"({machines(runs)}). The exact "
             "permutation test of the mean against each published attention's seeds, Holm over "
             f"the {len(comparison)} comparisons (the smallest Holm p these seed counts allow: "
             f"{number(min(floor, 1.0))}). Published tokens/s are their machine's.", ""]
