@@ -29,6 +29,7 @@ from linarena.analysis.versions_benchmark import (
     median_ratios,
     quantile,
     ratio_table,
+    rename_config,
     rename_imports,
     repeats_for,
     share_weights,
@@ -76,14 +77,19 @@ def fake_package(root: Path, name: str = "linarena") -> Path:
 
 def test_renaming_rewrites_every_import_and_dotted_name_and_nothing_else() -> None:
     text = ("import linarena\nimport linarena.a.b as c\nfrom linarena import a\n"
-            "    from linarena.a import b\nx = linarena.__file__\n"
-            "t = 'linarena.attention.X'  # see linarena.attention\n"
-            "keep = ('linarena_before', 'my.linarena.x', 'linarena', 'linarenas.x')\n")
+            "def f():\n    from linarena.a import b\n    return linarena, linarena.__file__\n"
+            "t = ('linarena.attention.X', f'{t}: linarena.a')  # see linarena.attention\n"
+            '"""Docs of linarena.models.\n\nand linarena.a"""\n'
+            "keep = ('linarena_before', 'my.linarena.x', 'linarena', 'linarenas.x', x.linarena)\n")
     assert rename_imports(text, "linarena", "linarena_old") == (
         "import linarena_old\nimport linarena_old.a.b as c\nfrom linarena_old import a\n"
-        "    from linarena_old.a import b\nx = linarena_old.__file__\n"
-        "t = 'linarena_old.attention.X'  # see linarena_old.attention\n"
-        "keep = ('linarena_before', 'my.linarena.x', 'linarena', 'linarenas.x')\n")
+        "def f():\n    from linarena_old.a import b\n"
+        "    return linarena_old, linarena_old.__file__\n"
+        "t = ('linarena_old.attention.X', f'{t}: linarena_old.a')  # see linarena.attention\n"
+        '"""Docs of linarena_old.models.\n\nand linarena_old.a"""\n'
+        "keep = ('linarena_before', 'my.linarena.x', 'linarena', 'linarenas.x', x.linarena)\n")
+    assert rename_config("_target_: linarena.a.B  # linarena\n", "linarena", "new") == \
+        "_target_: new.a.B  # linarena\n"
 
 
 def test_a_package_is_copied_renamed_and_imported_beside_the_real_one(
@@ -120,8 +126,9 @@ def test_a_copy_that_uses_the_current_package_is_found(tmp_path: Path, fresh_nam
 
 def test_a_copy_that_would_still_import_the_original_is_refused(tmp_path: Path) -> None:
     source = fake_package(tmp_path / "source")
-    (source / "odd.py").write_text("import json, linarena\n")  # not a statement it rewrites
-    with pytest.raises(ValueError, match=r"odd\.py:1 import linarena"):
+    # A module named by a string without a dot is not renamed (it may be a label).
+    (source / "odd.py").write_text("import importlib\nimportlib.import_module('linarena')\n")
+    with pytest.raises(ValueError, match=r"odd\.py:2 import_module\('linarena'\)"):
         copy_renamed(source, tmp_path / "packages", "never_imported")
 
 

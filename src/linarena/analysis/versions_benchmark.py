@@ -18,12 +18,14 @@ import ast
 import contextlib
 import dataclasses
 import importlib
+import io
 import math
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import tokenize
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -45,24 +47,56 @@ COLUMNS = [
 
 # -- copying a package under another name --------------------------------------------------
 
+def dotted_pattern(old: str) -> re.Pattern:
+    """`old.x` as a dotted name: not part of a longer name (`my_old.x`, `a.old.x`)."""
+    return re.compile(rf"(?<![\w.]){re.escape(old)}(?=\.[A-Za-z_])")
+
+
+def rename_config(text: str, old: str, new: str) -> str:
+    """A config's `_target_: old.x` (any dotted name `old.x`) renamed `new.x`."""
+    return dotted_pattern(old).sub(new, text)
+
+
 def rename_imports(text: str, old: str, new: str) -> str:
-    """`text` (a module's source, or a config) with package `old` renamed `new`: every dotted
-    name `old.x` (imports, `_target_`s, import_module strings, uses of `import old`) and the
-    statements `from old import ...` and `import old`. A name that merely starts with `old`
-    (`old_thing`, `x.old.y`) is left alone."""
-    statement = re.compile(rf"^(\s*(?:from|import)\s+){re.escape(old)}(?![\w.])", re.MULTILINE)
-    dotted = re.compile(rf"(?<![\w.]){re.escape(old)}(?=\.[A-Za-z_])")
-    return dotted.sub(new, statement.sub(rf"\g<1>{new}", text))
+    """A module's source with package `old` renamed `new`: every identifier `old` (so every
+    import of it, `import old.x` binding `new`, and every use of the name) and every dotted name
+    `old.x` inside a string (import_module's and hydra's `_target_`s, docstrings). An attribute
+    `.old`, a string that is `old` alone, a longer name (`old_thing`) and comments are left."""
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) in characters
+    previous = None
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        start = offsets[token.start[0] - 1] + token.start[1]
+        end = offsets[token.end[0] - 1] + token.end[1]
+        if (token.type == tokenize.NAME and token.string == old
+                and not (previous is not None and previous.string == ".")):
+            edits.append((start, end, new))
+        elif token.type in strings:
+            source = text[start:end]
+            renamed = dotted_pattern(old).sub(new, source)
+            if renamed != source:
+                edits.append((start, end, renamed))
+        if token.type not in (tokenize.NL, tokenize.COMMENT):
+            previous = token
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
 
 
 def foreign_imports(package_dir: Path, old: str) -> list[str]:
     """'<file>:<line> <what>' for everything in the package at `package_dir` that would still
-    reach package `old`: an import of it, a string naming one of its modules (`old.x`: what
-    import_module and hydra's `_target_` read) and a bare name `old`. Parsed, not imported."""
+    reach package `old`: an import of it (statement, or import_module / __import__ of a literal
+    name), a string naming one of its modules (`old.x`: what import_module and hydra's
+    `_target_` read) and a bare name `old`; in its .yaml files, a dotted `old.x`. Parsed, not
+    imported."""
     found = []
 
-    def names_old(name: str | None) -> bool:
-        return name is not None and (name == old or name.startswith(f"{old}."))
+    def names_old(name: object) -> bool:
+        return isinstance(name, str) and (name == old or name.startswith(f"{old}."))
 
     for path in sorted(package_dir.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -78,11 +112,16 @@ def foreign_imports(package_dir: Path, old: str) -> list[str]:
                 what = f"the string {node.value!r}"
             elif isinstance(node, ast.Name) and node.id == old:
                 what = f"the name {old}"
+            elif (isinstance(node, ast.Call) and node.args
+                  and isinstance(node.args[0], ast.Constant) and names_old(node.args[0].value)
+                  and getattr(node.func, "attr", getattr(node.func, "id", None))
+                  in ("import_module", "__import__")):
+                what = f"import_module({node.args[0].value!r})"
             if what:
                 found.append(f"{path.relative_to(package_dir.parent)}:{node.lineno} {what}")
     for path in sorted([*package_dir.rglob("*.yaml"), *package_dir.rglob("*.yml")]):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if re.search(rf"(?<![\w.]){re.escape(old)}\.[A-Za-z_]", line):
+            if dotted_pattern(old).search(line):
                 found.append(f"{path.relative_to(package_dir.parent)}:{number} {line.strip()}")
     return found
 
@@ -90,9 +129,10 @@ def foreign_imports(package_dir: Path, old: str) -> list[str]:
 def copy_renamed(package_dir: Path, dest_root: Path, new: str, conf_dir: Path | None = None,
                  old: str = PACKAGE) -> Path:
     """Copy the package at `package_dir` (named `old`) to `dest_root`/`new`, renamed
-    (rename_imports in every .py and .yaml); `conf_dir`, if given, goes to `new`/conf, where the
-    package looks for its configs first (attention.variants.find_conf_dir). Returns the copy;
-    a ValueError lists what of it would still import `old` (foreign_imports)."""
+    (rename_imports in every .py, rename_config in every .yaml); `conf_dir`, if given, goes to
+    `new`/conf, where the package looks for its configs first (attention.variants.
+    find_conf_dir). Returns the copy; a ValueError lists what of it would still import `old`
+    (foreign_imports)."""
     dest = dest_root / new
     if dest.exists():
         raise FileExistsError(f"{dest} exists: copy into an empty folder")
@@ -102,7 +142,8 @@ def copy_renamed(package_dir: Path, dest_root: Path, new: str, conf_dir: Path | 
         shutil.copytree(conf_dir, dest / "conf", ignore=shutil.ignore_patterns("__pycache__"))
     for path in [*dest.rglob("*.py"), *dest.rglob("*.yaml"), *dest.rglob("*.yml")]:
         text = path.read_text(encoding="utf-8")
-        renamed = rename_imports(text, old, new)
+        rename = rename_imports if path.suffix == ".py" else rename_config
+        renamed = rename(text, old, new)
         if renamed != text:
             path.write_text(renamed, encoding="utf-8")
     left = foreign_imports(dest, old)
