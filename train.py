@@ -46,6 +46,7 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    from linarena.run_folder_names import RESOLVER, run_folder_name
     from linarena.training.environment import normalise_environment
 
     # Before Hydra composes the config: an empty LINARENA_DATA_DIR means unset, not "here".
@@ -53,4 +54,5 @@ if __name__ == "__main__":
     # paths.root_dir (and so the default data/ and outputs/ folders) is this repository.
     os.environ.setdefault("LINARENA_ROOT", str(Path(__file__).resolve().parent))
     OmegaConf.register_new_resolver("linarena.hydra_output_subdir", hydra_output_subdir)
+    OmegaConf.register_new_resolver(RESOLVER, run_folder_name)
     main()
