@@ -23,6 +23,15 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def load_average() -> float | None:
+    """The 1-minute load average of the machine (processes running or waiting for a CPU), or
+    None where the OS has none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
