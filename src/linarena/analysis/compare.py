@@ -4,7 +4,14 @@ Gathers finished runs from local folders (every summary.json below them) or from
 writes to ``--out``: ``results.csv`` and ``results.md`` (sweep x task x attention, mean ± sample
 std over seeds of the compared metrics of linarena.metrics: test accuracy, tokens/s, peak memory,
 parameter count; runs that failed counted apart) and one ``scatter_<task>.png`` per task and
-multirun folder (accuracy against tokens/s, marker area ~ peak memory).
+multirun folder (accuracy against tokens/s, beside each row's peak memory in MB). The scatter
+plots an earlier call wrote there and this one does not (their provenance records say which)
+are removed, with their records; no other file is touched.
+
+Cautions follow the table and close each plot's key: rows of fewer than 3 seeds (one seed is
+an anecdote), and runs that trained on CPU after other jobs of their ``train.py -m`` process
+(Hydra's basic launcher runs the jobs one after the other in one process), whose peak memory
+includes what the earlier jobs left resident.
 
 A sweep is what a run was compared with when it was started: its multirun folder (or "runs" for
 single runs), plus the overrides other than attention and seed. Runs of different sweeps are
@@ -23,24 +30,34 @@ resumes it.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from linarena.analysis.order import task_sort_key
+from linarena.analysis.order import attention_label, attention_sort_key, task_sort_key
 from linarena.analysis.plots import plot_accuracy_vs_throughput
-from linarena.analysis.provenance import REPO_ROOT, command_line, record, trained_by
+from linarena.analysis.provenance import (
+    REPO_ROOT,
+    command_line,
+    load,
+    record,
+    remove_results,
+    trained_by,
+)
+from linarena.analysis.results_captions import THEN
 from linarena.analysis.runs import (
     RunRecord,
     drop_reruns,
     load_local_runs,
     load_wandb_runs,
     parse_filters,
+    parse_summary_file,
     select_sweeps,
 )
 from linarena.analysis.runs_archive import load_runs_csv, with_archive
@@ -85,16 +102,33 @@ def parse_args(argv: list[str] | None, default_out: Path) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+COMPARE_PY = REPO_ROOT / "scripts" / "compare.py"
+# The names of the plots this script writes: scatter_<task>.png, scatter_<number>_<task>.png.
+PLOT_NAME = re.compile(r"scatter_.+\.png")
+# Rows with fewer finished seeds than this are a caution: the published ListOps rows differ by
+# about a point over 10 seeds, and a single 100-step seed put elu+1 7 points below softmax.
+MIN_SEEDS = 3
+SEED_CAUTION = "one seed is an anecdote; see scripts/seed_sweep.py for a comparison with intervals"
+# The launcher that runs the jobs of one `train.py -m` one after the other in its own process
+# (the default; submitit's start a process per job).
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+SHARED_CAUTION = ("on CPU a run's peak memory then includes what the earlier jobs left "
+                  "resident, so it is not the run's alone; compare the memory of runs that "
+                  "each had a process of their own (scripts/seed_sweep.py trains them so)")
+
+
 def folder_of(sweep: str) -> str:
     """The multirun folder (or "runs") of a sweep label, without its settings."""
     return sweep.split(": ", 1)[0]
 
 
-def write_plots(table: pd.DataFrame, out: Path,
-                note: str | None = None) -> tuple[list[str], list[Path]]:
+def write_plots(table: pd.DataFrame, out: Path, note: str | None = None,
+                shared_runs: Mapping[tuple[str, str], list[RunRecord]] | None = None
+                ) -> tuple[list[str], list[Path]]:
     """One scatter plot per multirun folder and task (the sweeps of one folder, e.g. the
-    trials of an Optuna search, share a plot), `note` atop each title; returns a line per
-    folder for the listing and the files written."""
+    trials of an Optuna search, share a plot), `note` atop each title, and in its key the
+    cautions of its rows of few seeds and of its runs in `shared_runs` (shared_process_runs);
+    returns a line per folder for the listing and the files written."""
     folders = sorted({folder_of(sweep) for sweep in table["sweep"]})
     # A task in one folder only keeps the plain name (stable across reruns that add folders);
     # a task several folders share gets the folder's number.
@@ -109,10 +143,75 @@ def write_plots(table: pd.DataFrame, out: Path,
                 continue  # every run failed: nothing to place
             shared = folders_of_task[task] > 1
             name = f"scatter_{number}_{task}.png" if shared else f"scatter_{task}.png"
-            plot_accuracy_vs_throughput(rows, task, folder, out / name, note=note)
+            cautions = [caution for caution in (
+                few_seeds_caution(rows, with_task=False),
+                shared_caution((shared_runs or {}).get((folder, task), []), with_folder=False))
+                if caution]
+            plot_accuracy_vs_throughput(rows, task, folder, out / name, note=note,
+                                        cautions=cautions)
             written.append(out / name)
         listing.append(f"  {number}: {folder}")
     return listing, written
+
+
+def earlier_plots(out: Path) -> list[Path]:
+    """The scatter plots in `out` that this script wrote (their provenance records' last
+    command is compare.py): a later call removes those it does not write again."""
+    ours = command_line(COMPARE_PY, []).split()
+    return [out / name for name, entry in load(out).items()
+            if PLOT_NAME.fullmatch(name)
+            and entry["command"].rpartition(THEN)[2].split()[:len(ours)] == ours]
+
+
+def few_seeds_caution(table: pd.DataFrame, with_task: bool = True) -> str | None:
+    """The caution for the rows of `table` (aggregate_runs) with 1 to MIN_SEEDS - 1 finished
+    seeds, naming them (with their task), or None."""
+    few = table[table["n"].between(1, MIN_SEEDS - 1)]
+    if few.empty:
+        return None
+    names = dict.fromkeys(
+        f"{f'{row.task}/' if with_task else ''}{attention_label(row.attention)} (n={row.n})"
+        for row in few.itertuples())
+    return f"fewer than {MIN_SEEDS} seeds: {', '.join(names)}; {SEED_CAUTION}"
+
+
+def shared_process_runs(records: Iterable[RunRecord]
+                        ) -> dict[tuple[str, str], list[RunRecord]]:
+    """The runs that trained on CPU after other jobs of their `train.py -m` process, by
+    multirun folder and task, in attention and seed order."""
+    shared: dict[tuple[str, str], list[RunRecord]] = {}
+    for run in sorted(records, key=lambda r: (attention_sort_key(r.attention), r.seed)):
+        if _after_other_jobs(Path(run.source).parent) and \
+                parse_summary_file(Path(run.source)).get("device") == "cpu":
+            shared.setdefault((folder_of(run.sweep), run.task), []).append(run)
+    return shared
+
+
+def _after_other_jobs(run: Path) -> bool:
+    """Whether the run folder's last training (its start, or its latest resume) was a job of a
+    multirun under the basic launcher after its first job, from the Hydra config that job
+    saved; False where there is none (a W&B run, a run of a runs CSV)."""
+    for saved in (run / ".hydra" / "resume" / "hydra.yaml", run / ".hydra" / "hydra.yaml"):
+        if saved.is_file():
+            try:
+                hydra = (yaml.safe_load(saved.read_text()) or {}).get("hydra") or {}
+            except yaml.YAMLError:
+                return False
+            return (hydra.get("mode") == "MULTIRUN"
+                    and (hydra.get("launcher") or {}).get("_target_") == BASIC_LAUNCHER
+                    and int((hydra.get("job") or {}).get("num") or 0) > 0)
+    return False
+
+
+def shared_caution(runs: list[RunRecord], with_folder: bool = True) -> str | None:
+    """The caution for `runs`, of one multirun folder and task (shared_process_runs), naming
+    them (with the folder and task), or None when there are none."""
+    if not runs:
+        return None
+    where = f"{runs[0].task}, {folder_of(runs[0].sweep)}: " if with_folder else ""
+    names = ", ".join(f"{attention_label(run.attention)} s{run.seed}" for run in runs)
+    return (f"{where}{runs_count(len(runs))} ({names}) trained after other jobs of the same "
+            f"`train.py -m` process: {SHARED_CAUTION}")
 
 
 def runs_count(count: int) -> str:
@@ -255,20 +354,32 @@ def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compar
     for warning in [*steps_warnings(records), *throughput_warnings(records)]:
         print(f"warning: {warning}")
     table = aggregate_runs(records, published=args.published)
+    shared = shared_process_runs(records)
+    cautions = [caution for caution in (few_seeds_caution(table),
+                                        *(shared_caution(runs) for runs in shared.values()))
+                if caution]
     args.out.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out / "results.csv", lambda file: table.to_csv(file, index=False))
     runs = runs_table(records)
     write_atomic(args.out / "results_runs.csv", lambda file: runs.to_csv(file, index=False))
-    markdown = f"{to_markdown(table)}\n{trained_by(runs)}\n"
+    markdown = "".join([to_markdown(table), *(f"\n**Caution:** {c}\n" for c in cautions),
+                        f"\n{trained_by(runs)}\n"])
     if args.note:
         markdown = f"**{args.note}**\n\n{markdown}"
     write_atomic(args.out / "results.md", lambda file: file.write(markdown))
-    listing, plots = write_plots(table, args.out, args.note)
-    command = command_line(REPO_ROOT / "scripts" / "compare.py", argv)
+    earlier = earlier_plots(args.out)
+    listing, plots = write_plots(table, args.out, args.note, shared)
+    command = command_line(COMPARE_PY, argv)
     record([args.out / "results.csv", args.out / "results_runs.csv", args.out / "results.md",
             *plots],
-           f"{args.runs_command}; then {command}" if args.runs_command else command)
+           f"{args.runs_command}{THEN}{command}" if args.runs_command else command)
+    # Once this call's plots are in place: a plot of runs no longer compared would sit beside
+    # them as if it were one of this call's.
+    stale = sorted(path for path in earlier if path not in plots)
+    remove_results(stale)
     print(to_markdown(table))
+    for caution in cautions:
+        print(f"caution: {caution}")
     sweeps = sorted(set(table["sweep"]))
     if len(sweeps) > 1:
         print("Sweeps (pick some with --sweep LABEL):")
@@ -277,6 +388,9 @@ def main(argv: list[str] | None = None, default_out: Path = Path("outputs/compar
     if len(listing) > 1:
         print("Folders (scatter_<number>_<task>.png where folders share a task):", *listing,
               sep="\n")
+    if stale:
+        print(f"removed {', '.join(path.name for path in stale)}, written by an earlier call "
+              "for runs not compared now")
     print(f"{runs_count(len(records))}; wrote results.csv, results.md and scatter plots to "
           f"{args.out}")
     return 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +26,11 @@ from linarena.analysis.order import attention_label, attention_order, attention_
 from linarena.files import write_atomic
 from linarena.metrics import PEAK_MEMORY_MB, TEST_ACC, TOKENS_PER_SEC
 from linarena.training.summary import round_floats
+
+# Every point of an accuracy scatter has one size: the memory panel beside it gives the memory,
+# with room for at least this many rows.
+MARKER_AREA = 120.0
+MIN_MEMORY_ROWS = 6
 
 WHAT_TITLES = {
     "model_step": "training step (fwd + bwd + AdamW)",
@@ -130,32 +137,31 @@ def plot_benchmark(rows: pd.DataFrame, path: Path) -> None:
 
 
 def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, path: Path,
-                                note: str | None = None) -> None:
-    """Scatter of test accuracy against tokens/s for one task and one multirun folder, marker
-    area ~ peak memory, colour = attention (attention_color); `note` (e.g. PARTIAL: ...) is
-    the title's first line.
+                                note: str | None = None, cautions: Sequence[str] = ()) -> None:
+    """Test accuracy against tokens/s for one task and one multirun folder, colour = attention
+    (attention_color), beside a panel of each row's peak memory written out in MB (as marker
+    areas, 805 and 915 MB looked alike); `note` (e.g. PARTIAL: ...) is the title's first line,
+    `cautions` (what the numbers cannot say) close the key under the plot.
 
     ``table`` has rows of :func:`linarena.analysis.table.aggregate_runs` (a sweep column and
     the ``<name>_mean`` / ``_std`` columns); rows without a finished run are left out. Error bars
-    are the seed std (absent for n=1), cut at 0% and 100%. No text is drawn on the axes except a
-    sweep number beside each marker when the folder holds several sweeps (settings), e.g. the
-    trials of an Optuna search; the legend and the key under the plot say the rest, and the key
-    says so when the rows' runs had different step budgets (a ``max_steps`` column).
+    are the seed std (absent for n=1), cut at 0% and 100%. No text is drawn on the scatter
+    except a sweep number beside each marker when the folder holds several sweeps (settings),
+    e.g. the trials of an Optuna search; the memory panel names each row (with that number) and
+    its seeds, and the key under the plot says the rest, also when the rows' runs had different
+    step budgets (a ``max_steps`` column).
     """
     table = table[table["n"] > 0] if "n" in table.columns else table
     if table.empty:
         raise ValueError(f"no runs of task {task!r} to plot")
-    acc_col, tps_col, mem_col = (f"{m.name}_mean" for m in (TEST_ACC, TOKENS_PER_SEC,
-                                                             PEAK_MEMORY_MB))
-    memory = table[mem_col].to_numpy(dtype=float)
-    # Marker area proportional to memory, the largest 900 pt^2, none smaller than 40 pt^2.
-    sizes = np.maximum(900.0 * memory / np.nanmax(memory), 40.0) if np.nanmax(memory) > 0 \
-        else np.full_like(memory, 200.0)
+    acc_col, tps_col = f"{TEST_ACC.name}_mean", f"{TOKENS_PER_SEC.name}_mean"
     sweeps = list(dict.fromkeys(table["sweep"])) if "sweep" in table.columns else []
     numbered = len(sweeps) > 1
-    fig = Figure(figsize=(7, 5))
-    ax = fig.subplots()
-    for row, size in zip(table.to_dict("records"), sizes, strict=True):
+    rows = table.to_dict("records")
+    # One row a line of the memory panel, a dozen attentions and more included.
+    fig = Figure(figsize=(9, max(5.0, 1.6 + 0.24 * len(rows))))
+    ax, memory_ax = fig.subplots(1, 2, width_ratios=(3, 2))
+    for row in rows:
         color = attention_color(row["attention"])
         acc, acc_std = row[acc_col], _zero_if_nan(row.get(f"{TEST_ACC.name}_std"))
         tps, tps_std = row[tps_col], _zero_if_nan(row.get(f"{TOKENS_PER_SEC.name}_std"))
@@ -163,21 +169,13 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
             ax.errorbar(tps, acc, xerr=[[min(tps_std, 0.99 * tps)], [tps_std]],  # > 0 on log
                         yerr=[[min(acc_std, acc)], [min(acc_std, 100.0 - acc)]],
                         fmt="none", ecolor=color, capsize=3, alpha=0.8)
-        ax.scatter(tps, acc, s=size, color=color, alpha=0.6, edgecolors="black",
+        ax.scatter(tps, acc, s=MARKER_AREA, color=color, alpha=0.7, edgecolors="black",
                    linewidths=0.5)
         if numbered:
-            offset = np.sqrt(size) / 2 + 1  # points: just outside the marker's edge
+            offset = np.sqrt(MARKER_AREA) / 2 + 1  # points: just outside the marker's edge
             ax.annotate(str(sweeps.index(row["sweep"]) + 1), (tps, acc), fontsize=7,
                         textcoords="offset points", xytext=(offset, offset))
-    handles = []
-    for name in sorted(set(table["attention"]), key=attention_sort_key):
-        rows = table[table["attention"] == name]
-        detail = "" if numbered else (f": {rows[mem_col].iloc[0]:,.0f} MB, "
-                                      f"n={int(rows['n'].iloc[0]) if 'n' in rows else 1}")
-        handles.append(Line2D([], [], marker="o", linestyle="", color=attention_color(name),
-                              label=attention_label(name) + detail))
-    ax.legend(handles=handles, title="attention" + ("" if numbered else ": peak memory, seeds"),
-              fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    _memory_panel(memory_ax, rows, sweeps if numbered else [])
     _log_throughput_axis(ax, table[tps_col].to_numpy(dtype=float))
     ax.set_xlabel("training throughput (tokens/s)")
     ax.set_ylabel("test accuracy (%)")
@@ -191,18 +189,54 @@ def plot_accuracy_vs_throughput(table: pd.DataFrame, task: str, folder: str, pat
     ax.margins(0.15)
     low, high = ax.get_ylim()
     ax.set_ylim(max(low, 0.0), min(high, 105.0))  # no negative accuracies on the axis
-    key = ["marker area ~ peak memory; bars: std over seeds"]
+    key = ["error bars: std over seeds; memory: mean over seeds"]
     budgets = sorted(set(table["max_steps"].dropna())) if "max_steps" in table.columns else []
     if len(budgets) > 1:
         key.append("runs trained for different numbers of steps (trainer.max_steps "
                    f"{', '.join(f'{steps:,.0f}' for steps in budgets)}): not a like-for-like "
                    "comparison")
     if numbered:
-        key += [short_text(f"{number}: {_settings(sweep)}", width=90, lines=1)
+        key += [short_text(f"{number}: {_settings(sweep)}", width=110, lines=1)
                 for number, sweep in enumerate(sweeps, start=1)]
-    fig.text(0.01, 0.0, "\n".join(key), fontsize=7, va="top", ha="left")
-    fig.tight_layout()
+    fig.tight_layout()  # of the panels only: the key and the cautions go below them
+    key_text = fig.text(0.01, 0.0, "\n".join(key), fontsize=7, va="top", ha="left")
+    if cautions:
+        # Under the key, in red: what a reader of the figure alone must not miss.
+        ax.annotate("\n".join(short_text(f"Caution: {caution}", width=110, lines=3)
+                              for caution in cautions),
+                    xy=(0, 0), xycoords=key_text, xytext=(0, -4), textcoords="offset points",
+                    fontsize=7, va="top", ha="left", color="darkred", annotation_clip=False)
     save_figure(fig, path)
+
+
+def _memory_panel(ax: Axes, rows: list[dict[str, Any]], sweeps: list[str]) -> None:
+    """One bar per row, top to bottom, in its attention's colour (the figure's colour key):
+    the row's peak memory written at its end, the row's name and seeds (and sweep number, when
+    `sweeps` are numbered; its positions, when the rows have several) beside it."""
+    memory_col = f"{PEAK_MEMORY_MB.name}_mean"
+    # NaN (runs that do not say) is not equal to itself: None stands for it.
+    positions = [None if pd.isna(row.get("positions")) else row["positions"] for row in rows]
+    labels = []
+    for row, kind in zip(rows, positions, strict=True):
+        label = attention_label(row["attention"])
+        if len(set(positions)) > 1:
+            label += f", {kind or 'unrecorded'} positions"
+        if sweeps:
+            label = f"{sweeps.index(row['sweep']) + 1}: {label}"
+        labels.append(f"{label} (n={int(row.get('n', 1))})")
+    memory = [_zero_if_nan(row[memory_col]) for row in rows]
+    bars = ax.barh(range(len(rows)), memory, height=0.6, alpha=0.7,
+                   color=[attention_color(row["attention"]) for row in rows])
+    ax.bar_label(bars, fontsize=7, padding=2, labels=[
+        "n/a" if pd.isna(row[memory_col]) else f"{row[memory_col]:,.0f} MB" for row in rows])
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    # The first row on top; a few rows are centred with room around them, not stretched into
+    # bars as wide as the panel is high.
+    pad = max(0.0, (MIN_MEMORY_ROWS - len(rows)) / 2)
+    ax.set_ylim(len(rows) - 0.5 + pad, -0.5 - pad)
+    ax.set_xlim(0, 1.35 * max(max(memory), 1.0))  # room for the numbers past the longest bar
+    ax.set_xlabel("peak memory (MB)")
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def _settings(sweep: str) -> str:

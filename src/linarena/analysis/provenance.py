@@ -183,6 +183,21 @@ def record(paths: Iterable[str | Path], command: str) -> None:
         _update(folder, add)
 
 
+def remove_results(paths: Iterable[str | Path]) -> None:
+    """Delete result files that their script no longer writes, with their records, under the
+    lock `record` takes: no record is left for a file that is gone."""
+    by_folder: dict[Path, list[Path]] = {}
+    for path in map(Path, paths):
+        by_folder.setdefault(path.resolve().parent, []).append(path)
+
+    for folder, files in by_folder.items():
+        def drop(records: dict, files: list[Path] = files) -> None:
+            for path in files:
+                records.pop(path.name, None)
+                path.unlink(missing_ok=True)
+        _update(folder, drop)
+
+
 def mark_stale(name: str, reason: str, folder: Path = PUBLISHED_DIR) -> dict[str, Any]:
     """Mark result `name` stale at this commit, for `reason`; returns its record."""
     if not reason.strip():
