@@ -279,3 +279,20 @@ def test_an_unknown_kind_is_refused_at_once_listing_the_kinds() -> None:
     assert all(kind in str(refused.value) for kind in KINDS)
     with pytest.raises(ValueError, match=r"model\.positions='xpos'"):
         make_model("softmax", "xpos")
+
+
+def test_a_kind_in_a_new_file_of_the_package_is_collected_with_no_registry_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import linarena.models.positions as package
+    from linarena.models.positions.registry import collect_kinds
+
+    (tmp_path / "halfway.py").write_text(
+        "from linarena.models.positions.base import Positions\n\n\n"
+        "class HalfwayPositions(Positions):\n"
+        '    """A kind a contributor adds."""\n\n'
+        '    name = "halfway"\n'
+        '    description = "a test kind"\n')
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+    kinds = collect_kinds()
+    assert kinds["halfway"].__name__ == "HalfwayPositions"
+    assert set(POSITIONS) < set(kinds)  # the shipped kinds, and the new one besides

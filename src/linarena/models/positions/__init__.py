@@ -12,7 +12,8 @@ attentions that compute the scores q_i . k_j take it (their class sets `takes_sc
 softmax and sliding window), and the model refuses any other (check_takes_score_bias).
 
 One file per kind (none.py, sinusoidal.py, learned.py, rope.py, alibi.py), each a subclass of
-base.Positions; a new kind is one such file plus one line in registry.POSITIONS.
+base.Positions with a `name`; registry.POSITIONS collects every kind of the package, so a new
+kind is one such file alone.
 """
 
 from linarena.models.positions.alibi import AlibiPositions, alibi_slopes

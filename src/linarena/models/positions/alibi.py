@@ -39,6 +39,9 @@ class AlibiPositions(Positions):
     positions.
     """
 
+    name = "alibi"
+    description = "a bias on the attention scores"
+
     biases = True
 
     def score_bias(self, queries: Tensor, keys: Tensor, heads: int, dtype: torch.dtype

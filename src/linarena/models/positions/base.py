@@ -19,6 +19,10 @@ class Positions(nn.Module):
         num_positions: positions a table must cover (the CLS position included).
     """
 
+    # model.positions=<name> selects the kind (registry.POSITIONS collects every subclass in a
+    # module of this package that sets it), described in an error message as `description`.
+    name: ClassVar[str]
+    description: ClassVar[str]
     # Whether the model hands this object to its attention cores, which then call rotate().
     # They share it, so such a kind holds no parameters or persistent buffers.
     rotates: ClassVar[bool] = False

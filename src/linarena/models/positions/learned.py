@@ -11,6 +11,9 @@ class LearnedPositions(Positions):
     """A trained table added to the embedding, initialised N(0, 0.02^2) (an nn.Embedding, so
     weight_decay_scope=matrices leaves it undecayed, as every embedding table)."""
 
+    name = "learned"
+    description = "added to the embedding"
+
     table_copies = 4  # weight, gradient and the two AdamW moments
 
     def __init__(self, d_model: int, num_positions: int) -> None:

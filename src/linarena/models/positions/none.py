@@ -8,3 +8,6 @@ from linarena.models.positions.base import Positions
 class NoPositions(Positions):
     """No position information: attention then sees the order only through its own structure
     (the causal mask, the decays and gates of the recurrences, cosFormer's distance weights)."""
+
+    name = "none"
+    description = "no positions"

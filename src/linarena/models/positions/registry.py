@@ -3,13 +3,12 @@ kind, or a score bias given to an attention that computes no scores, is refused 
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import linarena.models.positions as package
 from linarena.errors import ConfigError
-from linarena.models.positions.alibi import AlibiPositions
 from linarena.models.positions.base import Positions
-from linarena.models.positions.learned import LearnedPositions
-from linarena.models.positions.none import NoPositions
-from linarena.models.positions.rope import RotaryPositions
-from linarena.models.positions.sinusoidal import SinusoidalPositions
 
 
 class UnknownPositionsError(ConfigError, ValueError):
@@ -20,15 +19,23 @@ class ScoreBiasRefusedError(ConfigError, ValueError):
     """model.positions adds a bias to the attention scores, and an attention computes none."""
 
 
-# The kinds model.positions may name, in the order the messages list them. Each is built as
-# kind(d_model, num_positions), so a kind's options keep their defaults here.
-POSITIONS: dict[str, type[Positions]] = {
-    "none": NoPositions,
-    "sinusoidal": SinusoidalPositions,
-    "learned": LearnedPositions,
-    "rope": RotaryPositions,
-    "alibi": AlibiPositions,
-}
+def collect_kinds() -> dict[str, type[Positions]]:
+    """Every kind of this package: the Positions subclasses with a `name` defined in its
+    modules, by name (none first: the message lists it first). A new kind is its file alone."""
+    kinds = {}
+    for module in pkgutil.iter_modules(package.__path__):
+        namespace = vars(importlib.import_module(f"{package.__name__}.{module.name}"))
+        for value in namespace.values():
+            if (isinstance(value, type) and issubclass(value, Positions)
+                    and value.__module__ == f"{package.__name__}.{module.name}"
+                    and "name" in vars(value)):
+                kinds[value.name] = value
+    return dict(sorted(kinds.items(), key=lambda item: (item[0] != "none", item[0])))
+
+
+# The kinds model.positions may name. Each is built as kind(d_model, num_positions), so a kind's
+# options keep their defaults here.
+POSITIONS: dict[str, type[Positions]] = collect_kinds()
 
 
 def check_positions_kind(kind: object) -> str:
@@ -36,9 +43,8 @@ def check_positions_kind(kind: object) -> str:
     if not isinstance(kind, str) or kind not in POSITIONS:
         raise UnknownPositionsError(
             f"model.positions={kind!r} is not a kind of positions: use one of "
-            f"{', '.join(POSITIONS)} (none: no positions; sinusoidal, learned: added to the "
-            "embedding; rope: q and k rotated in every attention layer; alibi: a bias on the "
-            "attention scores)."
+            f"{', '.join(POSITIONS)} ("
+            + "; ".join(f"{name}: {cls.description}" for name, cls in POSITIONS.items()) + ")."
         )
     return kind
 

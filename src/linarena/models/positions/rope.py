@@ -45,6 +45,9 @@ class RotaryPositions(Positions):
             slowest pairs more slowly, for longer contexts.
     """
 
+    name = "rope"
+    description = "q and k rotated in every attention layer"
+
     rotates = True
 
     def __init__(self, d_model: int, num_positions: int, base: float = ROPE_BASE) -> None:

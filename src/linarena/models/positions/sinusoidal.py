@@ -25,6 +25,9 @@ def sinusoidal_table(num_positions: int, d_model: int) -> Tensor:
 class SinusoidalPositions(Positions):
     """The fixed sinusoidal table added to the embedding (LRA's default)."""
 
+    name = "sinusoidal"
+    description = "added to the embedding"
+
     table_copies = 2  # the table, and one temporary of its size while it is computed
 
     def __init__(self, d_model: int, num_positions: int) -> None:
