@@ -18,8 +18,9 @@ from linarena.system import cpu_model
 from linarena.training import train
 from linarena.training.summary import round_floats, sweep_label
 
-# Fields that differ between two identical runs, or name a logger's own run.
-PER_RUN = ("wandb", "output_dir", "duration_s", "cpu_s")
+# Fields that differ between two identical runs, or name a logger's own run: a logger's hook
+# (run_report.SummaryHook.summary_fields) may add a field under its own conf/logger/ name.
+PER_RUN = ("output_dir", "duration_s", "cpu_s", *config_names("logger"))
 MEASURED = {metric.key for metric in measured_metrics()}
 LOGGERS = [*config_names("logger"), "[csv,wandb]"]
 

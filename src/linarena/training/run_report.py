@@ -19,7 +19,8 @@ class SummaryHook(Protocol):
     """What a logger may add to the end of a run."""
 
     def summary_fields(self) -> dict[str, Any]:
-        """Logger-specific fields of summary.json (e.g. {"wandb": {"id": ..., ...}})."""
+        """Logger-specific fields of summary.json, each under the logger's conf/logger/ name (e.g.
+        {"wandb": {"id": ..., ...}}): the one part of summary.json that differs by logger."""
         ...
 
     def log_run_summary(self, summary: dict[str, Any], row: dict[str, Any]) -> None:
