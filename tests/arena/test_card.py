@@ -93,6 +93,9 @@ def test_the_training_sections_run_and_resume(name: str, tmp_path: Path,
     text = (tmp_path / "work" / f"{name}_card.md").read_text()
     assert "### d_model 16, short conv off: " in text and "| softmax |" in text
     assert "## Small-budget ListOps" in text and "| elu+1 | 10 |" in text
+    for run in ("state_size/d16_conv0_lr1.00e-02_seed1", "listops/seed1"):
+        overrides = (tmp_path / "work" / run / name / ".hydra" / "overrides.yaml").read_text()
+        assert f"attention={name}" in overrides, run
     capsys.readouterr()
     assert arena.main([f"attention={name}", *options, "--root", str(tmp_path / "work")],
                       conf_dir(tmp_path / "conf")) == 0

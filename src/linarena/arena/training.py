@@ -21,6 +21,7 @@ import pandas as pd
 
 from linarena.analysis.runs import read_run
 from linarena.arena.subject import Subject
+from linarena.attention.variants import variant_names
 from linarena.metrics import TEST_ACC, TOKENS_PER_SEC
 from linarena.studies.preset import load_grid
 from linarena.studies.runs import study_runs
@@ -80,7 +81,11 @@ def state_size_runs(root: Path) -> pd.DataFrame | None:
 def run_listops(subject: Subject, seeds: Sequence[int], root: Path, extra: Sequence[str]
                 ) -> dict[str, int]:
     """Train the subject's ListOps runs left at `seeds`, one at a time; a count per outcome."""
-    entries = {subject.name: list(subject.overrides)} if subject.overrides else None
+    own = list(subject.overrides)
+    if subject.name in subject.parts and subject.name not in variant_names():
+        # a variant of another conf folder: train_commands names only conf/attention/'s
+        own = [f"attention={subject.name}", *own]
+    entries = {subject.name: own} if own else None
     todo = pending([(SweepPoint(seed), [subject.name]) for seed in seeds], root, frozenset())
     print(f"listops: {len(todo)} runs to go", flush=True)
     counts: dict[str, int] = {}
