@@ -381,13 +381,16 @@ def split_attentions(runs: pd.DataFrame, protocol: Protocol, names: Sequence[str
 
 def seconds_per_run(runs: pd.DataFrame, protocol: Protocol, arm: str, name: str) -> float:
     """The expected duration of a run of `name` in `arm`: the mean of its finished runs there,
-    else the mean seconds per step of its runs in the other arms (the published ones too) times
-    the arm's steps, else the same over every attention's runs in the arm; NaN with none."""
+    else the mean seconds per step of its runs in the other arms (this study's first, then the
+    published ones, which may have run on more threads) times the arm's steps, else the same
+    over every attention's runs in the arm, then over all; NaN with none."""
     timed = runs[runs["duration_s"].notna() & (runs["total_steps"] > 0)]
     same = timed[(timed["arm"] == arm) & (timed["attention"] == name)]
     if len(same):
         return float(same["duration_s"].mean())
-    for pool in (timed[timed["attention"] == name], timed[timed["arm"] == arm], timed):
+    ours = timed[timed["origin"] == STUDY]
+    for pool in (ours[ours["attention"] == name], timed[timed["attention"] == name],
+                 ours[ours["arm"] == arm], timed[timed["arm"] == arm], ours, timed):
         if len(pool):
             per_step = (pool["duration_s"] / pool["total_steps"].astype(float)).mean()
             return float(per_step * protocol.total_steps(arm))

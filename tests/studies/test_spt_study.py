@@ -1,0 +1,248 @@
+"""The self-pretraining studies (linarena.studies.spt, spt_report, spt_study): declared and
+listed by scripts/study.py; spt/listops_small fine-tunes as the published sweep trained; the
+pairs are the sweep's tests, reproducing its published pairs; a tiny study end to end (2
+attentions x 1 seed, a few steps of tiny generated ListOps) writes its runs CSV, tables, pairs,
+figure and provenance; called again, or from its runs CSV in an empty folder, it trains nothing;
+a study short of runs says PARTIAL, and --plan counts what is left."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers.paths import REPO_ROOT, load_script
+from helpers.training import train_env
+from omegaconf import OmegaConf
+from PIL import Image
+
+from linarena.analysis.statistics import SUCCESS_THRESHOLD
+from linarena.studies.preset import compose_preset
+from linarena.studies.spt import (
+    ARMS,
+    SCRATCH,
+    SCRATCH_TOTAL,
+    SPT,
+    Loaded,
+    arm_overrides,
+    load_archive,
+    load_protocol,
+    published_scratch,
+    seed_tasks,
+    split_attentions,
+)
+from linarena.studies.spt_report import pair_test, pairs_table
+from linarena.training.summary import SUMMARY_FILE
+
+PUBLISHED = REPO_ROOT / "docs" / "results" / "results_runs.csv"
+NAMES = ["elu", "softmax"]
+TINY = ["debug=smoke", "trainer.max_steps=2", "pretrain.max_steps=2"]
+
+
+def composed(preset: str | None, overrides: list[str]) -> dict:
+    """The config train.py composes, without the study block (which train.py does not read)."""
+    config = OmegaConf.to_container(compose_preset(preset, overrides), resolve=False)
+    config.pop("study", None)
+    return config
+
+
+def test_the_studies_are_declared_and_listed(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        load_script("scripts/study.py").main(["--help"])
+    listed = capsys.readouterr().out
+    assert "spt_listops" in listed and "spt_pathfinder" in listed
+
+
+def test_spt_listops_fine_tunes_as_the_published_sweep() -> None:
+    """The scratch arm is the published sweep's run (the default config at 300 steps); SPT
+    differs from it only by its pretraining, scratch_total only by its 600 steps."""
+    protocol = load_protocol("spt/listops_small")
+    assert (protocol.task, protocol.pretrain_steps, protocol.finetune_steps) == \
+        ("listops_small", 300, 300)
+    assert protocol.published == PUBLISHED and protocol.threshold is None
+    assert len(protocol.seeds) == 10 and "hgrn2_layer" in protocol.attentions
+    sweep = composed(None, ["trainer.max_steps=300"])
+    preset = "spt/listops_small"
+    assert composed(preset, list(arm_overrides(SCRATCH, protocol, []))) == sweep
+    spt = composed(preset, list(arm_overrides(SPT, protocol, [])))
+    assert spt["pretrain"]["objective"] == "mlm" and spt["pretrain"]["max_steps"] == 300
+    assert {**spt, "pretrain": sweep["pretrain"]} == sweep
+    total = composed(preset, list(arm_overrides(SCRATCH_TOTAL, protocol, [])))
+    assert total["trainer"]["max_steps"] == 600
+    assert {**total, "trainer": sweep["trainer"]} == sweep
+    # The published rows are the scratch arm: 18 attentions x 10 seeds of one sweep; an
+    # attention published later (HGRN2) has none, so the study trains its scratch runs.
+    rows = published_scratch(protocol, protocol.attentions)
+    assert len(rows) == 180 and set(rows["arm"]) == {SCRATCH}
+    assert "hgrn2_layer" not in set(rows["attention"])
+    assert rows["commit"].notna().all() and rows["source"].str.contains("results_runs").all()
+
+
+def test_a_scratch_arm_drops_the_pretraining_overrides() -> None:
+    protocol = load_protocol("spt/listops_small", TINY)
+    assert (protocol.pretrain_steps, protocol.finetune_steps) == (2, 2)
+    given = [*TINY, "study.seeds=[1]"]
+    assert arm_overrides(SPT, protocol, given) == tuple(TINY)
+    scratch = arm_overrides(SCRATCH, protocol, given)
+    assert scratch[0] == "pretrain=none" and "pretrain.max_steps=2" not in scratch
+    assert "~pretrain.max_steps" in scratch and "trainer.max_steps=2" in scratch
+    total = arm_overrides(SCRATCH_TOTAL, protocol, given)
+    assert total[-1] == "trainer.max_steps=4" and "trainer.max_steps=2" not in total
+
+
+def test_the_pairs_are_the_sweeps_tests_and_reproduce_its_published_pairs() -> None:
+    """pair_test is pairwise_tests.pair_row (the sweep's); on the published rows alone, the
+    pairs of attentions within the scratch arm are docs/results/results_pairs.csv's."""
+    sweep = load_script("scripts/maintainer/pairwise_tests.py")
+    rng = np.random.default_rng(1)
+    a, b = pd.Series(rng.uniform(0.3, 0.5, 6)), pd.Series([*rng.uniform(0.35, 0.5, 4), np.nan])
+    assert pair_test(a, b, rates=False) == sweep.pair_row("listops_small", "x", "y", a, b)
+    recall_a, recall_b = pd.Series([0.95, 0.2, 0.99, 0.91]), pd.Series([0.1, np.nan, 0.92])
+    assert pair_test(recall_a, recall_b, rates=True, threshold=SUCCESS_THRESHOLD) == \
+        sweep.pair_row("mqar", "x", "y", recall_a, recall_b)
+    protocol = load_protocol("spt/listops_small")
+    names = [name for name in protocol.attentions if name != "hgrn2_layer"]
+    ours = pairs_table(published_scratch(protocol, names), protocol, names)
+    ours = ours[ours["comparison"] == f"attentions within {SCRATCH}"]
+    published = pd.read_csv(REPO_ROOT / "docs" / "results" / "results_pairs.csv")
+    published = published[published["task"] == "listops_small"]
+    key = {frozenset(pair): (p, holm) for pair, p, holm in
+           zip(zip(published["a"], published["b"], strict=True), published["p"],
+               published["p_holm"], strict=True)}
+    assert len(ours) == len(key) == 153
+    for row in ours.itertuples():
+        assert (row.p, row.p_holm) == pytest.approx(key[frozenset((row.attention_a,
+                                                                   row.attention_b))])
+
+
+def test_more_seeds_go_to_every_arm_of_an_attention_that_splits() -> None:
+    protocol = load_protocol("spt/pathfinder_small")
+    assert protocol.threshold == 0.6 and protocol.chance == 0.5
+    assert (protocol.pretrain_steps, protocol.finetune_steps) == (200, 200)
+    assert len(protocol.attentions) == 6 and protocol.more_seeds == (6, 7, 8, 9, 10)
+    runs = pd.DataFrame([
+        {"attention": name, "arm": arm, "seed": seed, "test_acc": acc}
+        for name, arm, accuracies in [
+            ("elu", SCRATCH, [0.5] * 5), ("elu", SPT, [0.7, 0.5, 0.5, 0.5, np.nan]),
+            ("softmax", SCRATCH, [0.5] * 5), ("softmax", SPT, [0.65] * 5)]
+        for seed, acc in zip(protocol.seeds, accuracies, strict=True)])
+    assert split_attentions(runs, protocol, ["elu", "softmax"]) == ["elu"]
+    loaded = Loaded(protocol, ["elu"], published_scratch(protocol, ["elu"]), None)
+    tasks = seed_tasks(loaded, protocol.more_seeds, ["elu"], [])
+    assert {(point.arm, point.seed) for point, _ in tasks} == \
+        {(arm, seed) for arm in ARMS for seed in protocol.more_seeds}
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The tiny study run once: elu (its scratch run published, in a CSV written here) and
+    softmax, seed 1, 2 pretraining and 2 fine-tuning steps."""
+    tmp = tmp_path_factory.mktemp("spt_study")
+    published = pd.read_csv(PUBLISHED)
+    published = published[(published["task"] == "listops_small")
+                           & (published["attention"] == "elu") & (published["seed"] == 1)]
+    published.assign(max_steps=2).to_csv(tmp / "published.csv", index=False)
+    overrides = [*TINY, "study.seeds=[1]", f"study.published={tmp / 'published.csv'}"]
+    env = train_env(tmp, tmp_path_factory.mktemp("data"))
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        script = load_script("scripts/study.py")
+        common = ["spt_listops", "--jobs", "1", "--threads", "1", "--attention", *NAMES, "--"]
+        assert script.main([*common[:1], "--root", str(tmp / "root"), "--out", str(tmp / "out"),
+                            *common[1:], *overrides]) == 0
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return {"tmp": tmp, "overrides": overrides, "common": common, "env": env}
+
+
+def call(study: dict, arguments: list[str], capsys: pytest.CaptureFixture) -> str:
+    """scripts/study.py <common> with `arguments` before the overrides, in the test's
+    environment; its console output."""
+    capsys.readouterr()
+    saved = dict(os.environ)
+    os.environ.update(study["env"])
+    try:
+        common = study["common"]
+        code = load_script("scripts/study.py").main(
+            [common[0], *arguments, *common[1:-1], "--", *study["overrides"]])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert code == 0
+    return capsys.readouterr().out
+
+
+def test_a_tiny_study_writes_its_runs_tables_pairs_and_figure(tiny_study: dict) -> None:
+    out = tiny_study["tmp"] / "out"
+    runs = pd.read_csv(out / "spt_listops_runs.csv")
+    assert sorted(zip(runs["arm"], runs["attention"], strict=True)) == \
+        sorted((arm, name) for arm in ARMS for name in NAMES)
+    published = runs[runs["origin"] == "published"]
+    assert list(zip(published["arm"], published["attention"], strict=True)) == \
+        [(SCRATCH, "elu")]
+    trained = runs[runs["origin"] == "study"]
+    assert trained["commit"].notna().all() and trained["cpu"].notna().all()
+    assert trained["command"].str.contains("train.py experiment=spt/listops_small").all()
+    spt = trained[trained["arm"] == SPT]
+    assert (spt["pretrain_steps"] == 2).all() and spt["pretrain_test_acc"].notna().all()
+    assert set(trained.loc[trained["arm"] == SCRATCH_TOTAL, "finetune_steps"]) == {4}
+    summary = pd.read_csv(out / "spt_listops.csv")
+    assert len(summary) == len(ARMS) * len(NAMES) and (summary["n"] == 1).all()
+    pairs = pd.read_csv(out / "spt_listops_pairs.csv")
+    assert {"spt vs scratch: equal fine-tuning steps", "spt vs scratch_total: equal total steps",
+            "attentions within spt"} <= set(pairs["comparison"])
+    assert set(pairs["test"]) == {"permutation"}
+    caption = (out / "spt_listops.md").read_text()
+    assert "Prediction, stated" in caption and "PARTIAL" not in caption
+    with Image.open(out / "spt_listops.png") as image:
+        assert image.width > 400
+    provenance = json.loads((out / "provenance.json").read_text())
+    for suffix in ("_runs.csv", ".csv", "_pairs.csv", "_spread.csv", ".md", ".png"):
+        assert "scripts/study.py spt_listops" in provenance[f"spt_listops{suffix}"]["command"]
+
+
+def test_a_resumed_study_trains_nothing(tiny_study: dict, capsys: pytest.CaptureFixture) -> None:
+    tmp = tiny_study["tmp"]
+    summaries = sorted((tmp / "root").glob(f"*/seed*/*/{SUMMARY_FILE}"))
+    assert len(summaries) == 5
+    times = [path.stat().st_mtime_ns for path in summaries]
+    output = call(tiny_study, ["--root", str(tmp / "root"), "--out", str(tmp / "again")],
+                  capsys)
+    assert "0 runs to go" in output
+    assert [path.stat().st_mtime_ns for path in summaries] == times
+    # Another session: an empty folder, the runs CSV committed.
+    runs_csv = tmp / "out" / "spt_listops_runs.csv"
+    output = call(tiny_study, ["--root", str(tmp / "elsewhere"), "--out", str(tmp / "resumed"),
+                               "--resume-from", str(runs_csv)], capsys)
+    assert "5 runs of this study count as finished" in output and "0 runs to go" in output
+    assert not (tmp / "elsewhere").exists()
+    resumed = pd.read_csv(tmp / "resumed" / "spt_listops_runs.csv")
+    assert sorted(resumed["run"]) == sorted(pd.read_csv(runs_csv)["run"])
+
+
+def test_a_study_short_of_runs_is_partial_and_planned(tiny_study: dict,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    tmp = tiny_study["tmp"]
+    tiny_study = {**tiny_study, "overrides": [o.replace("study.seeds=[1]", "study.seeds=[1,2]")
+                                              for o in tiny_study["overrides"]]}
+    output = call(tiny_study, ["--root", str(tmp / "root"), "--plan"], capsys)
+    assert "left: 6 runs, about" in output and "CPU-hours" in output
+    call(tiny_study, ["--root", str(tmp / "root"), "--out", str(tmp / "partial"),
+                      "--report-only"], capsys)
+    caption = (tmp / "partial" / "spt_listops.md").read_text()
+    assert "PARTIAL: 6 of 12 runs finished" in caption
+
+
+def test_an_archived_run_of_another_protocol_is_refused(tiny_study: dict, tmp_path: Path) -> None:
+    runs = pd.read_csv(tiny_study["tmp"] / "out" / "spt_listops_runs.csv")
+    runs.loc[runs["arm"] == SPT, "pretrain_steps"] = 300
+    runs.to_csv(tmp_path / "other_runs.csv", index=False)
+    protocol = load_protocol("spt/listops_small", TINY)
+    with pytest.raises(ValueError, match=r"has task listops_small, 300 pretraining and 2 "
+                                         r"fine-tuning steps, but this study's spt arm trains"):
+        load_archive(tmp_path / "other_runs.csv", protocol)
