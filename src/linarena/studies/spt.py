@@ -140,7 +140,8 @@ def load_protocol(preset: str, overrides: Sequence[str] = ()) -> Protocol:
         threshold=None if block.get("threshold") is None else float(block.threshold),
         chance=None if block.get("chance") is None else float(block.chance),
         published=published, scratch_overrides=("pretrain=none", *deleted),
-        model=(f"d_model {model.d_model}, {model.num_layers} layers, {model.num_heads} heads, "
+        model=(f"d_model {model.d_model}, {model.num_layers} layer"
+               f"{'s' * (model.num_layers != 1)}, {model.num_heads} heads, "
                f"batch {cfg.data.batch_size}"))
 
 

@@ -266,14 +266,19 @@ def _cell(point: pd.Series, rates: bool) -> str:
     return text
 
 
-def _difference(pairs: pd.DataFrame, comparison: str, name: str, test: str) -> str:
-    row = pairs[(pairs["comparison"] == comparison) & (pairs["attention_a"] == name)
-                & (pairs["test"] == test)]
-    if not len(row):
-        return "–"
-    row = row.iloc[0]
-    mark = " **separated**" if row["separated"] else ""
-    return f"{100 * row['difference']:+.1f} (p {row['p_holm']:.2g}){mark}"
+def _difference(pairs: pd.DataFrame, comparison: str, name: str, tests: Sequence[str]) -> str:
+    """'+1.2 (p 0.03) **separated**' per test: the difference (points) and its Holm p."""
+    cells = []
+    for test in tests:
+        row = pairs[(pairs["comparison"] == comparison) & (pairs["attention_a"] == name)
+                    & (pairs["test"] == test)]
+        if not len(row):
+            cells.append("–")
+            continue
+        row = row.iloc[0]
+        mark = " **separated**" if row["separated"] else ""
+        cells.append(f"{100 * row['difference']:+.1f} (p {row['p_holm']:.2g}){mark}")
+    return "; ".join(cells)
 
 
 def accuracy_table(summary: pd.DataFrame, pairs: pd.DataFrame, protocol: Protocol,
@@ -281,13 +286,13 @@ def accuracy_table(summary: pd.DataFrame, pairs: pd.DataFrame, protocol: Protoco
     """The Markdown table: each arm's mean [t-interval] per attention, and the differences
     with their Holm-adjusted p."""
     rates = protocol.threshold is not None
-    test = "fisher" if rates else "permutation"
-    what = (f"rate at {protocol.threshold:g} (points)" if rates else "mean (points)")
+    tests = ["fisher", "permutation"] if rates else ["permutation"]
+    what = (f"rate at {protocol.threshold:g}; mean (points)" if rates else "mean (points)")
     head = [f"{protocol.arm_words(arm)}" for arm in ARMS]
     lines = ["| attention | " + " | ".join(head)
              + f" | SPT − scratch {protocol.finetune_steps}: {what} (p Holm) "
              + f"| SPT − scratch {protocol.total_steps(SCRATCH_TOTAL)}: {what} (p Holm) "
-             + "| masked-token test acc. |",
+             + "| masked-token test acc. (%) |",
              "|" + "---|" * (len(ARMS) + 4)]
     for name in names:
         cells = []
@@ -297,8 +302,9 @@ def accuracy_table(summary: pd.DataFrame, pairs: pd.DataFrame, protocol: Protoco
         spt = summary[(summary["arm"] == SPT) & (summary["attention"] == name)].iloc[0]
         lines.append(
             f"| {pattern_label(name)} | " + " | ".join(cells) + " | "
-            + _difference(pairs, f"{SPT} vs {SCRATCH}: {COMPARISONS[0][2]}", name, test) + " | "
-            + _difference(pairs, f"{SPT} vs {SCRATCH_TOTAL}: {COMPARISONS[1][2]}", name, test)
+            + _difference(pairs, f"{SPT} vs {SCRATCH}: {COMPARISONS[0][2]}", name, tests)
+            + " | "
+            + _difference(pairs, f"{SPT} vs {SCRATCH_TOTAL}: {COMPARISONS[1][2]}", name, tests)
             + f" | {_pct(spt['pretrain_test_acc_mean'])} |")
     return "\n".join(lines) + "\n"
 
@@ -393,6 +399,9 @@ def spt_figure(summary: pd.DataFrame, runs: pd.DataFrame, protocol: Protocol,
     if protocol.chance is not None:
         axes[0].axhline(100 * protocol.chance, color="black", linestyle=":", linewidth=1,
                         label=f"chance ({100 * protocol.chance:g}%)")
+    if rates:
+        axes[0].axhline(100 * protocol.threshold, color="black", linestyle="--", linewidth=0.8,
+                        alpha=0.6, label=f"threshold ({100 * protocol.threshold:g}%)")
     axes[0].set_ylabel("test accuracy (%): mean, 95% t-interval; dots: seeds")
     axes[0].legend(fontsize=8, loc="best")
     if rates:
