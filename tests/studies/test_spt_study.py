@@ -30,7 +30,9 @@ from linarena.studies.spt import (
     arm_overrides,
     load_archive,
     load_protocol,
+    published_calibration,
     published_scratch,
+    seconds_per_run,
     seed_tasks,
     split_attentions,
 )
@@ -246,3 +248,20 @@ def test_an_archived_run_of_another_protocol_is_refused(tiny_study: dict, tmp_pa
     with pytest.raises(ValueError, match=r"has task listops_small, 300 pretraining and 2 "
                                          r"fine-tuning steps, but this study's spt arm trains"):
         load_archive(tmp_path / "other_runs.csv", protocol)
+
+
+def test_the_plan_times_a_run_from_comparable_runs() -> None:
+    """A run's seconds: its attention's runs in this study, by steps; else the published runs'
+    seconds per step, scaled by how much slower this study's runs are than the published."""
+    protocol = load_protocol("spt/listops_small")
+    runs = pd.DataFrame([
+        {"arm": SCRATCH, "attention": "elu", "origin": "published", "total_steps": 300,
+         "duration_s": 30.0},
+        {"arm": SCRATCH, "attention": "softmax", "origin": "published", "total_steps": 300,
+         "duration_s": 60.0},
+        {"arm": SPT, "attention": "elu", "origin": "study", "total_steps": 600,
+         "duration_s": 120.0}])
+    assert published_calibration(runs) == 2.0
+    assert seconds_per_run(runs, protocol, SPT, "elu", 2.0) == 120.0
+    assert seconds_per_run(runs, protocol, SCRATCH_TOTAL, "elu", 2.0) == pytest.approx(120.0)
+    assert seconds_per_run(runs, protocol, SPT, "softmax", 2.0) == pytest.approx(240.0)

@@ -380,21 +380,36 @@ def split_attentions(runs: pd.DataFrame, protocol: Protocol, names: Sequence[str
     return split
 
 
-def seconds_per_run(runs: pd.DataFrame, protocol: Protocol, arm: str, name: str) -> float:
+def published_calibration(runs: pd.DataFrame) -> float:
+    """How much slower this study's runs are than the published runs of the same attention, per
+    step (the median ratio over the study's timed runs; 1 without any to compare): published
+    runs may have run on more threads, or on an idle machine."""
+    timed = runs[runs["duration_s"].notna() & (runs["total_steps"] > 0)]
+    per_step = timed["duration_s"] / timed["total_steps"].astype(float)
+    published = per_step[timed["origin"] == PUBLISHED].groupby(
+        timed.loc[timed["origin"] == PUBLISHED, "attention"]).mean()
+    ours = timed["origin"] == STUDY
+    ratios = (per_step[ours] / timed.loc[ours, "attention"].map(published)).dropna()
+    return float(ratios.median()) if len(ratios) else 1.0
+
+
+def seconds_per_run(runs: pd.DataFrame, protocol: Protocol, arm: str, name: str,
+                    calibration: float = 1.0) -> float:
     """The expected duration of a run of `name` in `arm`: the mean of its finished runs there,
     else the mean seconds per step of its runs in the other arms (this study's first, then the
-    published ones, which may have run on more threads) times the arm's steps, else the same
-    over every attention's runs in the arm, then over all; NaN with none."""
+    published ones times `calibration`, published_calibration) times the arm's steps, else the
+    same over every attention's runs in the arm, then over all; NaN with none."""
     timed = runs[runs["duration_s"].notna() & (runs["total_steps"] > 0)]
     same = timed[(timed["arm"] == arm) & (timed["attention"] == name)]
     if len(same):
         return float(same["duration_s"].mean())
+    timed = timed.assign(per_step=timed["duration_s"] / timed["total_steps"].astype(float)
+                         * np.where(timed["origin"] == PUBLISHED, calibration, 1.0))
     ours = timed[timed["origin"] == STUDY]
     for pool in (ours[ours["attention"] == name], timed[timed["attention"] == name],
                  ours[ours["arm"] == arm], timed[timed["arm"] == arm], ours, timed):
         if len(pool):
-            per_step = (pool["duration_s"] / pool["total_steps"].astype(float)).mean()
-            return float(per_step * protocol.total_steps(arm))
+            return float(pool["per_step"].mean() * protocol.total_steps(arm))
     return float("nan")
 
 
@@ -419,7 +434,8 @@ def plan_table(root: Path, loaded: Loaded, overrides: Sequence[str]) -> pd.DataF
                            loaded.archived_ids)
             rows += [(point.arm, name, decided) for point, names in more for _ in names]
     table = pd.DataFrame(rows, columns=["arm", "attention", "exact"])
-    table["seconds"] = [seconds_per_run(runs, protocol, arm, name)
+    calibration = published_calibration(runs)
+    table["seconds"] = [seconds_per_run(runs, protocol, arm, name, calibration)
                         for arm, name in zip(table["arm"], table["attention"], strict=True)]
     return table
 

@@ -19,11 +19,13 @@ from linarena.studies.cli import add_attention_argument
 from linarena.studies.declaration import Report, Study
 from linarena.studies.spt import (
     ARMS,
+    PUBLISHED,
     Loaded,
     combined_runs,
     load_archive,
     load_protocol,
     plan_table,
+    published_calibration,
     published_scratch,
     seed_tasks,
     split_attentions,
@@ -66,9 +68,12 @@ def run(args: argparse.Namespace, loaded: Loaded) -> dict[str, int]:
 def plan(args: argparse.Namespace, loaded: Loaded) -> None:
     """Print the runs left per arm and their CPU-hours (each run on --threads threads)."""
     table = plan_table(args.root, loaded, args.overrides)
-    finished = len(combined_runs(args.root, loaded))
-    print(f"experiment={args.preset}: {finished} runs finished (published scratch rows "
+    runs = combined_runs(args.root, loaded)
+    print(f"experiment={args.preset}: {len(runs)} runs finished (published scratch rows "
           f"included) in {args.root}" + (f" and {args.resume_from}" if args.resume_from else ""))
+    if (runs["origin"] == PUBLISHED).any():
+        print(f"a published run's seconds per step count x{published_calibration(runs):.2f} "
+              "(this study's runs against the published runs of their attention)")
     for arm in ARMS:
         rows = table[table["arm"] == arm]
         if not len(rows):
