@@ -40,11 +40,8 @@ def main(cfg: DictConfig) -> float:
     # Imported here so that --help and config-composition errors do not wait for torch to load.
     from linarena.quiet import silence_library_noise
     from linarena.training.entry import run_job
-    from linarena.training.environment import warn_if_busy
 
     silence_library_noise(resuming=cfg.get("ckpt_path") is not None)
-    # Once per run, before anything is timed: its tokens/s means little on a busy machine.
-    warn_if_busy()
     return run_job(cfg)
 
 

@@ -27,6 +27,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn import functional as F
 
+from linarena.arena import reference as arena_reference
 from linarena.attention.recurrent import RecurrentAttention
 from linarena.attention.recurrent.core import Recurrence
 from linarena.attention.variants import load_variant
@@ -94,8 +95,12 @@ def _with_cores(name, model=None, *args, **kwargs):
 
 @pytest.fixture
 def cores(monkeypatch):
-    """load_variant answers the cores' names (in helpers.attention and the loaded modules)."""
-    monkeypatch.setattr(helpers_attention, "load_variant", _with_cores)
+    """load_variant answers the cores' names (where helpers.attention's builders look it up,
+    and in the loaded modules)."""
+    monkeypatch.setattr(helpers_attention, "load_variant", _with_cores, raising=False)
+    # helpers.attention re-exports its builders from linarena.arena.reference, which looks the
+    # names up in its own module.
+    monkeypatch.setattr(arena_reference, "load_variant", _with_cores)
 
     def loaded(relative: str):
         module = _load(relative)

@@ -64,10 +64,18 @@ def cfg_calls(cfg: DictConfig) -> list[tuple[str, str, int | None]]:
     return calls
 
 
+# Reads of one setting, as cfg.get would be (the pretrain node is absent from the saved config of
+# a run made before it existed, so it is read through these): not a step of the run.
+READS = {("training/pretrain_config.py", name) for name in ("objective", "stage",
+                                                             "adds_mask_token")}
+
+
 def entries(calls: list[tuple[str, str, int | None]]) -> list[str]:
-    """The modules entered, in order: a call from another module (or the first)."""
-    return [module for module, _, parent in calls
-            if parent is None or calls[parent][0] != module]
+    """The modules entered, in order: a call from another module (or the first), reads of one
+    setting (READS) left out."""
+    return [module for module, function, parent in calls
+            if (module, function) not in READS
+            and (parent is None or calls[parent][0] != module)]
 
 
 def within(calls, index: int) -> list[str]:
@@ -100,7 +108,11 @@ def test_a_smoke_run_enters_each_module_at_most_twice_with_its_config(
         HydraConfig.instance().cfg = None
     for run in (calls, resumed):
         order = entries(run)
-        assert order[:2] == ["training/entry.py", "training/run.py"]
+        # entry.run_job asks the stage dispatch (one stage or two: stages.is_two_stage, which
+        # reads pretrain_config) first, then runs the one stage.
+        assert order[0] == "training/entry.py" and "training/run.py" in order
+        dispatch = order[1:order.index("training/run.py")]
+        assert set(dispatch) <= {"training/stages.py", "training/pretrain_config.py"}, order
         assert "training/build.py" in order and "training/summary.py" in order
         twice = {module: n for module, n in Counter(order).items() if n > 2}
         assert not twice, f"entered more than twice: {twice} in {order}"

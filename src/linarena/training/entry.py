@@ -23,7 +23,7 @@ from linarena.run_lock import (
 )
 from linarena.training.build import LOGGER_FILES, logger_nodes
 from linarena.training.commands import resume_command
-from linarena.training.environment import normalise_environment, os_error_message
+from linarena.training.environment import normalise_environment, os_error_message, warn_if_busy
 from linarena.training.launch import hydra_context
 from linarena.training.resume import clean_checkpoint_step
 from linarena.training.run import train
@@ -113,6 +113,9 @@ def run_job(cfg: DictConfig) -> float:
         normalise_environment()
         new_run = cfg.get("ckpt_path") is None and state != RESTART
         with run_folder_lock(output_dir, new_run=new_run):
+            # Once the folder is this run's (a refused run writes nothing into another's log),
+            # before anything is timed: tokens/s means little on a busy machine.
+            warn_if_busy()
             return train_stages(cfg) if is_two_stage(cfg) else train(cfg)
     except (LinarenaError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
