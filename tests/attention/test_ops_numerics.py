@@ -3,6 +3,8 @@ autocast at 8K tokens, torch.compile, and one-line errors for bad arguments."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -86,6 +88,22 @@ def test_positive_log_gate_is_refused():
     _, (q, k, v, gate) = case("gla")
     with pytest.raises(RuntimeError, match="log_gate must be finite and <= 0"):
         gated_linear_attention(q, k, v, -gate, causal=True)
+
+
+def test_a_log_gate_of_minus_infinity_is_refused():
+    _, (q, k, v, gate) = case("gla")
+    with pytest.raises(RuntimeError, match="log_gate must be finite and <= 0"):
+        gated_linear_attention(q, k, v, torch.full_like(gate, -math.inf), causal=True)
+
+
+def test_nan_gates_and_betas_give_nan_outputs_as_nan_weights_do():
+    # Divergence is the trainer's to report: an op that raised here would crash the run instead.
+    _, (q, k, v, gate) = case("gla")
+    out = gated_linear_attention(q, k, v, torch.full_like(gate, math.nan), causal=True)
+    assert out.isnan().any()
+    _, (q, k, v, beta, gate) = case("delta")
+    out = delta_rule(q, k, v, torch.full_like(beta, math.nan), gate, causal=True)
+    assert out.isnan().any()
 
 
 def test_state_needs_causal_mode():

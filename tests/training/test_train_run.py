@@ -136,12 +136,15 @@ def test_resume_from_last_checkpoint_continues_the_steps_and_the_wandb_run(
     assert checkpoint["global_step"] == 8
 
 
+# gla, deltanet: NaN weights give NaN log gates and betas, which must reach the loss (and the
+# divergence report) rather than stop the run in the ops' checks of their input conventions.
+@pytest.mark.parametrize("attention", ["elu", "gla", "deltanet"])
 def test_diverging_run_stops_with_a_message_and_keeps_the_last_good_checkpoint(
-    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture, attention: str
 ) -> None:
     output_dir = tmp_path / "run"
     cfg = smoke_config(
-        output_dir, data_dir, "attention=elu", "trainer.max_steps=6",
+        output_dir, data_dir, f"attention={attention}", "trainer.max_steps=6",
         "+callbacks.poison._target_=helpers.training.PoisonWeights", "+callbacks.poison.at_step=3",
     )
     with pytest.raises(SystemExit) as exit_info:
@@ -149,7 +152,7 @@ def test_diverging_run_stops_with_a_message_and_keeps_the_last_good_checkpoint(
     assert exit_info.value.code == 1
     message = capsys.readouterr().err
     # Found when the next checkpoint (step 4) was about to be written; that one is not saved.
-    assert "diverged by step 4 with attention=elu" in message
+    assert f"diverged by step 4 with attention={attention}" in message
     assert f"{output_dir / 'checkpoints' / 'last.ckpt'}, step 2" in message
 
     checkpoint = torch.load(output_dir / "checkpoints" / "last.ckpt", weights_only=True)
