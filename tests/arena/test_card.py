@@ -70,6 +70,20 @@ def test_a_bad_command_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert arena.main(["attention=hgrn2_layer", "--budget", "full", "--max-hours", "0.1",
                        "--root", str(tmp_path)]) == 2
     assert "more than --max-hours 0.1" in capsys.readouterr().err
+    assert arena.main(["attention=elu", "study.lr=[0.1]", "--root", str(tmp_path)]) == 2
+    assert "study.lr=[0.1]: the state-size grid takes study.{widths," in capsys.readouterr().err
+
+
+def test_the_plan_counts_the_mixture_runs_and_their_more_seeds(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert arena.main(["attention=elu", "--sections", "mixture", "--plan", "--root",
+                       str(tmp_path)]) == 0
+    # none and rope at seeds 1-5, and at most seeds 6-10 of each where they split
+    assert "mixture: 10 to 20 runs, about " in capsys.readouterr().out
+    assert arena.main(["attention=elu", "--sections", "mixture", "--plan", "--root",
+                       str(tmp_path), "study.positions=[none]", "study.seeds=[1]",
+                       "study.more_seeds=[]"]) == 0
+    assert "mixture: 1 runs, about " in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -77,23 +91,26 @@ def test_a_bad_command_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_the_training_sections_run_and_resume(name: str, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture) -> None:
-    """One state-size run (d_model 16, no conv, one lr, one seed) and one ListOps seed, through
-    train.py; the card compares them with the published rows; a second call trains nothing."""
+    """One state-size run (d_model 16, no conv, one lr, one seed), one ListOps seed and one
+    mixture run (no positions), through train.py; the card compares them with the published
+    rows; a second call trains nothing."""
     import linarena.studies.runs as study_runs
 
     label = study_runs.pattern_label
     monkeypatch.setattr(study_runs, "pattern_label",
                         lambda a: a if a == name else label(a))  # its label is in the test conf
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "tests"), str(REPO / "src")]))
-    options = ["--sections", "state_size", "listops", "--widths", "16", "--short-conv", "0",
-               "--listops-seeds", "1", "--jobs", "1", "study.lrs=[0.01]", "study.seeds=[1]",
-               "study.lr_seeds=[1]", "study.more_seeds=[]"]
+    options = ["--sections", "state_size", "listops", "mixture", "--widths", "16",
+               "--short-conv", "0", "--listops-seeds", "1", "--jobs", "1", "study.lrs=[0.01]",
+               "study.seeds=[1]", "study.lr_seeds=[1]", "study.more_seeds=[]",
+               "study.positions=[none]"]
     assert arena.main([f"attention={name}", *options, "--root", str(tmp_path / "work")],
                       conf_dir(tmp_path / "conf")) == 0
     text = (tmp_path / "work" / f"{name}_card.md").read_text()
     assert "### d_model 16, short conv off: " in text and "| softmax |" in text
     assert "## Small-budget ListOps" in text and "| elu+1 | 10 |" in text
-    for run in ("state_size/d16_conv0_lr1.00e-02_seed1", "listops/seed1"):
+    assert "### Beyond the training lengths, positions none: this variant L128 P32 †" in text
+    for run in ("state_size/d16_conv0_lr1.00e-02_seed1", "listops/seed1", "mixture/none_seed1"):
         overrides = (tmp_path / "work" / run / name / ".hydra" / "overrides.yaml").read_text()
         assert f"attention={name}" in overrides, run
     capsys.readouterr()
@@ -101,3 +118,4 @@ def test_the_training_sections_run_and_resume(name: str, tmp_path: Path,
                       conf_dir(tmp_path / "conf")) == 0
     out = capsys.readouterr().out
     assert "listops: 0 runs to go" in out and "every lr: 0 runs to go" in out
+    assert "mixture: 0 runs to go" in out

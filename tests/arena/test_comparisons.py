@@ -2,7 +2,8 @@
 (elu+1), given its published runs, reproduces the published statistics of its rows: the
 permutation p-values of scripts/maintainer/pairwise_tests.py (results_pairs.csv), and the
 state-size points and Fisher p-values of the study (mqar_state_size.csv,
-mqar_state_size_pairs.csv)."""
+mqar_state_size_pairs.csv), and the mixture's Fisher p-values per positions and test setting
+(mqar_mixture_pairs.csv)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import pytest
 from linarena.analysis.provenance import PUBLISHED_DIR
 from linarena.arena.comparisons import (
     listops_comparison,
+    mixture_comparison,
     published_listops,
+    published_mixture,
     published_state_size,
     state_size_comparison,
 )
+from linarena.arena.sections import mixture_section
 from linarena.arena.subject import parse_subject
 from linarena.arena.training import state_size_grid
 from linarena.studies.state_size_report import summarize
@@ -57,3 +61,34 @@ def test_state_size_points_and_fisher_p_values_are_the_published_ones(width: int
     for pair in pairs.itertuples():
         other = pair.b if pair.a == "elu" else pair.a
         assert table.loc[other, "p"] == pytest.approx(pair.fisher_p, rel=1e-9), other
+
+
+def test_mixture_fisher_p_values_are_the_published_pairs() -> None:
+    published = published_mixture()
+    table = mixture_comparison(published[published["attention"] == "elu"], published)
+    pairs = pd.read_csv(PUBLISHED_DIR / "mqar_mixture_pairs.csv")
+    pairs = pairs[(pairs["varied"] == "attention")
+                  & ((pairs["a"] == "elu") | (pairs["b"] == "elu"))]
+    assert len(pairs) == len(table) > 100
+    for pair in pairs.itertuples():
+        other = pair.b if pair.a == "elu" else pair.a
+        positions, setting = (part.split("=")[1] for part in pair.fixed.split(", "))
+        row = table[(table["attention"] == other) & (table["positions"] == positions)
+                    & ("L" + table["length"].astype(str) + " P" + table["pairs"].astype(str)
+                       == setting)]
+        assert len(row) == 1, (other, pair.fixed)
+        assert row["p"].iloc[0] == pytest.approx(pair.fisher_p, rel=1e-9), (other, pair.fixed)
+        assert row["p_floor"].iloc[0] == pytest.approx(pair.fisher_p_floor, rel=1e-9)
+
+
+def test_the_mixture_section_reads_beyond_the_training_lengths_against_the_field() -> None:
+    published = published_mixture()
+    softmax = published[published["attention"] == "softmax"]
+    body, line = mixture_section(softmax, mixture_comparison(softmax, published))
+    # softmax with RoPE recalls at L128 in 6 of 10 seeds; GLA in none of 10 (published)
+    assert "### Beyond the training lengths, positions rope: this variant L128 P32 † 6/10" \
+        in body
+    assert "| GLA | 0/10, Holm p" in body
+    assert line.startswith("Mixture beyond the training lengths: positions none (n = 5): "
+                           "5/5, 5/5 seeds recall at L128 P32 †, L256 P64 †; after Holm")
+    assert "positions rope (n = 10): 6/10, 0/10 seeds recall" in line

@@ -16,7 +16,7 @@ from linarena.arena.training import LISTOPS_THREADS, state_size_columns
 from linarena.attention.variants import is_layer
 from linarena.training.summary import SUMMARY_FILE
 
-SECTIONS = ("certificate", "cost", "state_size", "listops")
+SECTIONS = ("certificate", "cost", "state_size", "listops", "mixture")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ BUDGETS = {
     # The certificate, the cost to 4K, and MQAR recall at the smallest width with one conv
     # setting: about half an hour of one core.
     "quick": Budget(("certificate", "cost", "state_size"), (1024, 2048, 4096), (16,), "first"),
-    "standard": Budget(SECTIONS, (1024, 2048, 4096, 8192, 16384), (16, 32), None),
+    "standard": Budget(SECTIONS[:4], (1024, 2048, 4096, 8192, 16384), (16, 32), None),
     "full": Budget(SECTIONS, (1024, 2048, 4096, 8192, 16384), (16, 32, 64), None),
 }
 
@@ -82,6 +82,20 @@ def listops_estimate(subject: Subject, seeds: tuple[int, ...], root: Path,
     left = sum(not (root / f"seed{seed}" / subject.name / SUMMARY_FILE).is_file()
                for seed in seeds)
     return left, LISTOPS_THREADS * _kind_mean(published, subject)
+
+
+def mixture_estimate(subject: Subject, grid: dict[str, Any], root: Path,
+                     published_runs: pd.DataFrame) -> tuple[int, int, float]:
+    """(runs left known, runs left at most, CPU-seconds per run: the published mixture runs'
+    duration_s at their one thread) of the subject's mixture: each kind of positions at the
+    grid's seeds, and at most its more seeds too."""
+    def left(seeds: list[int]) -> int:
+        return sum(not (root / f"{positions}_seed{seed}" / subject.name / SUMMARY_FILE).is_file()
+                   for positions in grid["positions"] for seed in seeds)
+
+    known = left(grid["seeds"])
+    return (known, known + left(grid["more_seeds"]),
+            _kind_mean(published_runs.drop_duplicates("run"), subject))
 
 
 def hours_line(section: str, known: int, most: int, seconds: float) -> str:

@@ -3,9 +3,11 @@ never against retrained published attentions, with the tests the study scripts u
 (analysis.statistics): ListOps, the exact permutation test of the mean test accuracy against
 every published attention's seeds (scripts/maintainer/pairwise_tests.py's test), Holm over those
 comparisons; MQAR state size, Fisher's exact test of the seeds at 90% against every published
-point of the same width and short conv (point_pairs' test), Holm within that column. Every
-published row names the machines (CPU, kernels) and commits that trained it: a seed's outcome
-can move with the CPU, so MQAR is compared as rates, never seed by seed."""
+point of the same width and short conv (point_pairs' test), Holm within that column; the MQAR
+mixture, the same test per kind of positions and test setting against every published
+attention's rate there, Holm within each (positions, setting). Every published row names the
+machines (CPU, kernels) and commits that trained it: a seed's outcome can move with the CPU, so
+MQAR is compared as rates, never seed by seed."""
 
 from __future__ import annotations
 
@@ -25,10 +27,12 @@ from linarena.analysis.statistics import (
 )
 from linarena.attention.patterns import pattern_label
 from linarena.metrics import TEST_ACC
+from linarena.studies.mixture import RUN_COLUMNS, summarize
 
 LISTOPS_RUNS = PUBLISHED_DIR / "results_runs.csv"
 STATE_SIZE_POINTS = PUBLISHED_DIR / "mqar_state_size.csv"
 STATE_SIZE_RUNS = PUBLISHED_DIR / "mqar_state_size_runs.csv"
+MIXTURE_RUNS = PUBLISHED_DIR / "mqar_mixture_runs.csv"
 
 
 def machines(runs: pd.DataFrame) -> str:
@@ -117,3 +121,40 @@ def state_size_comparison(point: pd.Series, published: pd.DataFrame,
     table["separated_after_holm"] = table["p_holm"] < ALPHA
     return table.sort_values(["successes", "median_acc"], ascending=False).reset_index(drop=True)
 
+
+
+def published_mixture(path: Path = MIXTURE_RUNS) -> pd.DataFrame:
+    """The published mixture runs, a row per run and test setting (mixture.RUN_COLUMNS)."""
+    return read_csv_checked(path, list(RUN_COLUMNS),
+                            numeric_columns=["seed", "length", "pairs", "acc", "duration_s"])
+
+
+def mixture_comparison(runs: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """The subject's mixture `runs` (its rows of mixture.RUN_COLUMNS) against every published
+    attention at the same positions and test setting: a row per (positions, setting, published
+    attention) with both rates, Fisher's exact p, its floor at the two seed counts, Holm within
+    the (positions, setting) and where the published runs ran."""
+    ours = summarize(runs)
+    theirs = summarize(published[published["attention"] != ours["attention"].iloc[0]])
+    rows = []
+    for point in ours.itertuples():
+        column = theirs[(theirs["positions"] == point.positions)
+                        & (theirs["length"] == point.length) & (theirs["pairs"] == point.pairs)]
+        found = [{"positions": point.positions, "length": point.length, "pairs": point.pairs,
+                  "beyond_train": point.beyond_train, "successes": point.successes,
+                  "n_seeds": point.n_seeds, "attention": other.attention,
+                  "label": other.label, "other_successes": other.successes,
+                  "other_n": other.n_seeds, "other_median_acc": other.median_acc,
+                  "machines": machines(published[
+                      (published["attention"] == other.attention)
+                      & (published["positions"] == other.positions)
+                      & (published["length"] == other.length)]),
+                  "p": fisher_exact(point.successes, point.n_seeds, other.successes,
+                                    other.n_seeds),
+                  "p_floor": smallest_p(True, point.n_seeds, other.n_seeds)}
+                 for other in column.itertuples()]
+        for row, p_holm in zip(found, holm([r["p"] for r in found]), strict=True):
+            row["p_holm"] = p_holm
+            row["separated"] = p_holm < ALPHA
+        rows += found
+    return pd.DataFrame(rows)

@@ -5,8 +5,9 @@ run; the crossover length against softmax; and the state it keeps per layer to d
 
 A core is timed on q, k, v (batch, heads, n, head_dim), as the published attention benchmark
 times the cores; a whole layer on x (batch, n, heads * head_dim), as benchmark_model.py times a
-layer alone (its projections included, which a core's time leaves to the block); a hybrid, each
-of its variants.
+layer alone, its projections included. Beside a layer the baselines are timed as the block runs
+them (models.blocks.MultiHeadAttention: their q, k, v and output projections around the core),
+so the ratios compare like with like (timed_as "layer"); a hybrid, each of its variants.
 """
 
 from __future__ import annotations
@@ -25,33 +26,37 @@ from linarena.analysis.timing import peak_allocated_mb
 from linarena.attention.layers import AttentionLayer, build_attention
 from linarena.attention.variants import CONF_DIR, is_layer, is_linear, load_variant
 from linarena.models import TransformerClassifier
+from linarena.models.blocks import MultiHeadAttention
 from linarena.studies.runs import model_state
 
 BASELINES = ("softmax", "elu")
 
 
 def build_timed(name: str, causal: bool, heads: int, head_dim: int, max_length: int,
-                conf_dir: Path = CONF_DIR) -> torch.nn.Module:
-    """Variant `name` as the benchmark times it: a core (head_dim=..., causal=...) or a whole
-    layer of d_model heads * head_dim, built after the seed is set."""
+                conf_dir: Path = CONF_DIR, as_layer: bool = False) -> torch.nn.Module:
+    """Variant `name` as the benchmark times it: a core (head_dim=..., causal=...), or with
+    `as_layer` the core inside the block's projections, or a whole layer of d_model
+    heads * head_dim; built after the seed is set."""
     torch.manual_seed(0)  # Performer's seedless projection, learned maps
     model = {"max_length": max_length, "d_model": heads * head_dim, "num_heads": heads}
     factory = load_variant(name, model, conf_dir)
-    return build_attention(factory, head_dim, causal) if is_layer(name, conf_dir) \
-        else factory(head_dim=head_dim, causal=causal)
+    if is_layer(name, conf_dir):
+        return build_attention(factory, head_dim, causal)
+    core = factory(head_dim=head_dim, causal=causal)
+    return MultiHeadAttention(heads * head_dim, heads, core) if as_layer else core
 
 
-def _prepare_layer(layer: AttentionLayer, length: int, args: Namespace
+def _prepare_layer(layer: torch.nn.Module, length: int, args: Namespace
                    ) -> tuple[Callable, Callable, float]:
     """As attention_benchmark.prepare, for a layer on x (batch, length, d_model)."""
-    x = torch.randn(args.batch, length, layer.d_model, requires_grad=True)
+    x = torch.randn(args.batch, length, args.heads * args.head_dim, requires_grad=True)
 
     def forward() -> None:
         with torch.no_grad():
-            layer(x)
+            layer(x, None)
 
     def run_forward_backward() -> None:
-        layer(x).sum().backward()
+        layer(x, None).sum().backward()
 
     def forward_backward() -> None:
         x.grad = None
@@ -67,22 +72,27 @@ def time_variants(parts: Sequence[str], lengths: Sequence[int], causal: bool = F
                   heads: int = 8, head_dim: int = 64, repeats: int = 5,
                   max_seconds: float = 30.0, conf_dir: Path = CONF_DIR) -> pd.DataFrame:
     """fwd and fwd+bwd ms and peak MB of `parts` and the BASELINES at each length, one
-    round-robin run on CPU in fp32, batch 1: the columns of run_round_robin's rows."""
+    round-robin run on CPU in fp32, batch 1: the columns of run_round_robin's rows, and
+    timed_as: "layer" when a part is a whole layer (every variant then runs on x, a core inside
+    the block's projections), else "core"."""
     names = list(dict.fromkeys([*BASELINES, *parts]))
+    as_layer = any(is_layer(name, conf_dir) for name in parts)
     modules = {name: build_timed(name, causal, heads, head_dim, max(lengths),
-                                 conf_dir if name in parts else CONF_DIR) for name in names}
+                                 conf_dir if name in parts else CONF_DIR, as_layer)
+               for name in names}
     args = Namespace(batch=1, heads=heads, head_dim=head_dim, device=torch.device("cpu"),
                      dtype="fp32", warmup=1)
 
     def prepare_case(name: str, length: int):
         module = modules[name]
-        if isinstance(module, AttentionLayer):
+        if isinstance(module, AttentionLayer | MultiHeadAttention):
             return _prepare_layer(module, length, args)
         return prepare(module, length, args)
 
     linear = {name: is_linear(name, conf_dir if name in parts else CONF_DIR) for name in names}
     fields = {"causal": causal, "heads": heads, "head_dim": head_dim, "device": "cpu",
-              "dtype": "fp32", "threads": torch.get_num_threads()}
+              "dtype": "fp32", "threads": torch.get_num_threads(),
+              "timed_as": "layer" if as_layer else "core"}
     rows = run_round_robin(linear, list(lengths), prepare_case, repeats, args.device,
                            max_seconds, fields)
     return pd.DataFrame(rows)

@@ -1,6 +1,7 @@
 """python -m linarena.arena attention=<name> [--budget quick|standard|full] ...: a variant's
-report card against the published field (certificate, cost, MQAR state size, ListOps), one
-Markdown file and one self-contained HTML page with a provenance record.
+report card against the published field (certificate, cost, MQAR state size, ListOps, the MQAR
+mixture beyond the training lengths), one Markdown file and one self-contained HTML page with a
+provenance record.
 
 Resumable: the certificate and the cost are kept in <root> (certificate.json, cost.csv) and
 reused when asked again with the same settings; the training runs are the studies' (a run with a
@@ -28,17 +29,27 @@ from linarena.arena.checks import FAIL, Row, summary_line
 from linarena.arena.comparisons import (
     listops_comparison,
     machines,
+    mixture_comparison,
     published_listops,
+    published_mixture,
     published_state_size,
     state_size_comparison,
 )
 from linarena.arena.cost import state_per_layer, time_variants
 from linarena.arena.figures import state_size_figure, throughput_figure
-from linarena.arena.sections import cost_section, listops_section, state_size_section
+from linarena.arena.sections import (
+    cost_section,
+    listops_section,
+    mixture_section,
+    state_size_section,
+)
 from linarena.arena.subject import Subject, parse_subject
 from linarena.arena.training import (
     listops_runs,
+    mixture_grid,
+    mixture_runs,
     run_listops,
+    run_mixture,
     run_state_size,
     state_size_columns,
     state_size_grid,
@@ -57,7 +68,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                      .split("\n\n")[0])
     parser.add_argument("overrides", nargs="+", help="attention=<name> or model.pattern=[...], "
                         "then attention.<setting>=<value> if any, and study.* overrides of "
-                        "the state-size grid (e.g. study.lrs=[0.01])")
+                        "the grids (state size: e.g. study.lrs=[0.01]; mixture: "
+                        "study.positions=[none]; both: study.seeds=[1,2])")
     parser.add_argument("--budget", choices=sorted(budgets.BUDGETS), default="quick")
     parser.add_argument("--sections", nargs="+", choices=budgets.SECTIONS,
                         help="these sections instead of the budget's")
@@ -72,7 +84,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=positive_float, default=30.0,
                         help="skip a length whose predicted fwd+bwd call takes longer")
     parser.add_argument("--causal", action="store_true", help="time the causal mode")
-    parser.add_argument("--jobs", type=positive_int, default=2, help="state-size runs at a time")
+    parser.add_argument("--jobs", type=positive_int, default=2,
+                        help="state-size and mixture runs at a time")
     parser.add_argument("--max-hours", type=positive_float, default=1.0,
                         help="refuse to start when the training may take more CPU-hours")
     parser.add_argument("--strict", action="store_true",
@@ -84,15 +97,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)  # overrides may follow the options
 
 
+# The study.* keys of each grid a card trains (seeds and more_seeds go to both).
+STATE_SIZE_KEYS = ("widths", "short_conv", "lrs", "lr_seeds", "seeds", "more_seeds")
+MIXTURE_KEYS = ("positions", "seeds", "more_seeds")
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].removeprefix("study.")
+
+
 def settings(args: argparse.Namespace, subject: Subject) -> argparse.Namespace:
     """The budget's sections and sizes, with the ones given explicitly instead."""
     chosen = budgets.BUDGETS[args.budget]
-    args.study = [o for o in args.overrides if o.startswith("study.")]
+    study = [o for o in args.overrides if o.startswith("study.")]
+    args.study = [o for o in study if _key(o) in STATE_SIZE_KEYS]
+    args.mixture_study = [o for o in study if _key(o) in MIXTURE_KEYS]
+    unknown = [o for o in study if o not in args.study + args.mixture_study]
+    if unknown:
+        raise ValueError(f"{unknown[0]}: the state-size grid takes study."
+                         f"{{{','.join(STATE_SIZE_KEYS)}}} and the mixture study."
+                         f"{{{','.join(MIXTURE_KEYS)}}}")
     args.sections = tuple(args.sections or chosen.sections)
     args.lengths = tuple(args.lengths or chosen.lengths)
     args.widths = tuple(args.widths or chosen.widths)
     args.listops_seeds = tuple(args.listops_seeds or chosen.listops_seeds)
-    if args.short_convs is None and chosen.short_convs == "first":
+    if args.short_convs is None and chosen.short_convs == "first" and \
+            "state_size" in args.sections:
         grid = state_size_grid(subject, args.widths, study=args.study)
         args.short_convs = [next(c for c in grid["short_conv"] if subject.trains_at(c))]
     args.root = args.root or REPO_ROOT / "outputs" / "arena" / subject.name
@@ -114,6 +144,12 @@ def estimate(args: argparse.Namespace, subject: Subject) -> float:
                                                  args.root / "listops", published_listops())
         print(budgets.hours_line("listops", left, left, seconds))
         most_hours += left * seconds / 3600
+    if "mixture" in args.sections:
+        known, most, seconds = budgets.mixture_estimate(
+            subject, mixture_grid(args.mixture_study), args.root / "mixture",
+            published_mixture())
+        print(budgets.hours_line("mixture", known, most, seconds))
+        most_hours += most * seconds / 3600
     print(f"training: at most {most_hours:.2f} CPU-hours (--max-hours {args.max_hours:g}); the "
           "certificate and the cost take minutes")
     return most_hours
@@ -141,7 +177,7 @@ def cost(args: argparse.Namespace, subject: Subject) -> pd.DataFrame:
     if path.is_file():
         kept = pd.read_csv(path)
         if sorted(set(kept["length"])) == sorted(args.lengths) and \
-                bool(kept["causal"].iloc[0]) == args.causal:
+                bool(kept["causal"].iloc[0]) == args.causal and "timed_as" in kept:
             print(f"cost: finished ({path})")
             return kept
     times = time_variants(list(subject.parts), args.lengths, args.causal, repeats=args.repeats,
@@ -157,7 +193,8 @@ def run(args: argparse.Namespace, subject: Subject, command: str) -> int:
     extra = [f"run_group=arena_{subject.name}", *(["logger=wandb"] if args.wandb else []),
              *([] if subject.conf_dir == CONF_DIR else
                [f"hydra.searchpath=[file://{subject.conf_dir}]"])]
-    changed = f" with {' '.join(args.study)}" if args.study else ""
+    changed = (f" with {' '.join(args.study + args.mixture_study)}"
+               if args.study or args.mixture_study else "")
     opening = [f"What it shows: {', '.join(args.sections)} of `{subject.name}` "
                f"(budget {args.budget}{changed}), against the published rows of "
                "docs/results/ (never retrained here)."]
@@ -209,6 +246,14 @@ def run(args: argparse.Namespace, subject: Subject, command: str) -> int:
             card.figures["throughput.png"] = throughput_figure(runs, comparison, label)
             body, line = listops_section(runs, comparison, "throughput.png")
             card.sections.append(("Small-budget ListOps", body))
+            opening.append(line)
+    if "mixture" in args.sections:
+        root = args.root / "mixture"
+        run_mixture(subject, mixture_grid(args.mixture_study), root, args.jobs, extra)
+        runs = mixture_runs(root)
+        if runs is not None:
+            body, line = mixture_section(runs, mixture_comparison(runs, published_mixture()))
+            card.sections.append(("MQAR mixture: recall beyond the training lengths", body))
             opening.append(line)
     card.headline = [" ".join(opening)]
     return write_card(card, args.out, subject.name, command, rows)

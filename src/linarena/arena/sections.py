@@ -1,5 +1,6 @@
 """The card's sections as Markdown, each with the line it adds to the card's opening (how sure
-its reading is): cost, MQAR state size and ListOps. (The certificate's: card.py.)"""
+its reading is): cost, MQAR state size, ListOps and the MQAR mixture. (The certificate's:
+card.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from linarena.analysis.statistics import ALPHA, SUCCESS_THRESHOLD
 from linarena.arena.card import number, table
 from linarena.arena.comparisons import machines
 from linarena.arena.cost import crossover, ratios
+from linarena.studies.mixture import summarize
+from linarena.studies.mixture_report import accuracy_table, setting_header
 
 
 def _names(frame: pd.DataFrame) -> str:
@@ -31,10 +34,14 @@ def cost_section(times: pd.DataFrame, name: str, states: list[tuple[str, int, st
     if name == "softmax":
         cross_text = "softmax is the baseline itself"
     skipped = times[(times["variant"] == name) & (times["status"] != "ok")]
+    as_layer = first.get("timed_as") == "layer"
+    how = ("each on x (batch, N, d_model): the whole layer with its own projections, softmax "
+           "and elu+1 inside the block's q, k, v and output projections" if as_layer else
+           "each core on q, k, v (the block's projections left out)")
     body = [f"{'Causal' if causal else 'Bidirectional'}, batch 1, {first['heads']} heads of "
-            f"{first['head_dim']}, fp32, CPU, {first['threads']} threads; softmax and elu+1 "
-            "timed in the same process, round-robin, so read the ratios, not the absolute "
-            "times (a shared machine's speed drifts).", "",
+            f"{first['head_dim']}, fp32, CPU, {first['threads']} threads, {how}; softmax and "
+            "elu+1 timed in the same process, round-robin, so read the ratios, not the "
+            "absolute times (a shared machine's speed drifts).", "",
             table(["N", "fwd+bwd ms", "softmax ms", "elu+1 ms", "softmax / it", "it / elu+1",
                    "peak MB", "MB / elu+1"], rows), "",
             f"Crossover: {cross_text}."]
@@ -121,4 +128,47 @@ def listops_section(runs: pd.DataFrame, comparison: pd.DataFrame, figure: str | 
     line = (f"ListOps: mean {100 * mean:.2f}% over {len(acc)} seeds; after Holm over "
             f"{len(comparison)} published attentions it is above {_names(above)} and below "
             f"{_names(below)}; the rest are not separated at n = {len(acc)}.")
+    return "\n".join(body), line
+
+
+def mixture_section(runs: pd.DataFrame, comparison: pd.DataFrame) -> tuple[str, str]:
+    """(body, opening line): the subject's recall per kind of positions and test setting, and
+    at each setting beyond the training lengths its rate against every published attention's
+    there (Fisher, Holm within the positions and setting)."""
+    ours = summarize(runs)
+    body = ["MQAR trained on a mixture of lengths 32-64 and tested to 256 under the mixture "
+            "study's protocol (`experiment=mqar_mixture_cpu`: vocab 256, d_model 64, 2 layers, "
+            "1,500 steps, lr 3.16e-3; each kind of positions at seeds 1-5, 6-10 where they "
+            f"split). Each cell: median test accuracy % ({SUCCESS_THRESHOLD:.0%} reached / "
+            f"seeds); † a length longer than any trained on. This variant's runs: "
+            f"{machines(runs.drop_duplicates('run'))}.", "", accuracy_table(ours), ""]
+    beyond = comparison[comparison["beyond_train"]]
+    lines = []
+    for positions, rows in beyond.groupby("positions", sort=False):
+        settings = list(dict.fromkeys(zip(rows["length"], rows["pairs"], strict=True)))
+        heads = [setting_header(length, pairs, True) for length, pairs in settings]
+        mine = [f"{r.successes}/{r.n_seeds}" for r in
+                rows.drop_duplicates(["length", "pairs"]).itertuples()]
+        cells = {}
+        for r in rows.itertuples():
+            mark = " (separated)" if r.separated else ""
+            cells.setdefault(r.label, {})[(r.length, r.pairs)] = \
+                f"{r.other_successes}/{r.other_n}, Holm p {number(r.p_holm)}{mark}"
+        machine = dict(zip(rows["label"], rows["machines"], strict=False))
+        body += [f"### Beyond the training lengths, positions {positions}: this variant "
+                 + ", ".join(f"{h} {m}" for h, m in zip(heads, mine, strict=True)), "",
+                 table(["published attention", *heads, "trained on"],
+                       [[label, *(found.get(s, "") for s in settings), machine[label]]
+                        for label, found in cells.items()]), ""]
+        above = sorted({r.label for r in rows.itertuples() if r.separated
+                        and r.other_successes / r.other_n < r.successes / r.n_seeds})
+        below = sorted({r.label for r in rows.itertuples() if r.separated
+                        and r.other_successes / r.other_n > r.successes / r.n_seeds})
+        n = int(rows["n_seeds"].iloc[0])
+        lines.append(f"positions {positions} (n = {n}): {', '.join(mine)} seeds recall at "
+                     f"{', '.join(heads)}; after Holm within each setting it is above "
+                     f"{', '.join(above) or 'none'} and below {', '.join(below) or 'none'}")
+    line = ("Mixture beyond the training lengths: " + "; ".join(lines)
+            + " (against the published attentions' 5-10 seeds)." if lines else
+            "Mixture: no test setting beyond the training lengths.")
     return "\n".join(body), line

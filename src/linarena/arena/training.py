@@ -9,6 +9,9 @@ folders under the card's root: <root>/state_size/<point>/<name>/ and
   split).
 - The small-budget ListOps sweep (studies.seed_sweep, `trainer.max_steps=300`, the default
   config): every seed asked for, each run in a process of its own, two threads, as published.
+- The MQAR mixture (studies.mixture_study, `experiment=mqar_mixture_cpu`): each kind of
+  positions of the preset's study block at its seeds, then its more seeds where they split at
+  some test setting, one thread each, in <root>/<positions>_seed<s>/<name>/.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import pandas as pd
 
 from linarena.analysis.runs import read_run
 from linarena.arena.subject import Subject
-from linarena.attention.variants import variant_names
+from linarena.attention.variants import owns_short_conv, variant_names
 from linarena.metrics import TEST_ACC, TOKENS_PER_SEC
+from linarena.studies.mixture import load_runs, wanted_seeds
+from linarena.studies.mixture_study import MixturePoint, load_mixture_grid
 from linarena.studies.preset import load_grid
 from linarena.studies.runs import study_runs
 from linarena.studies.seed_sweep import SweepPoint
@@ -31,6 +36,7 @@ from linarena.studies.study import pending, run_tasks
 from linarena.training.summary import SUMMARY_FILE
 
 STATE_SIZE_PRESET = "mqar_study_cpu"
+MIXTURE_PRESET = "mqar_mixture_cpu"
 LISTOPS_OVERRIDES = ("trainer.max_steps=300",)  # the published sweep's (README, small budget)
 LISTOPS_THREADS = 2
 
@@ -78,14 +84,19 @@ def state_size_runs(root: Path) -> pd.DataFrame | None:
     return study_runs(root, None)
 
 
-def run_listops(subject: Subject, seeds: Sequence[int], root: Path, extra: Sequence[str]
-                ) -> dict[str, int]:
-    """Train the subject's ListOps runs left at `seeds`, one at a time; a count per outcome."""
-    own = list(subject.overrides)
+def _entries(subject: Subject, own: Sequence[str] = ()) -> dict[str, list[str]] | None:
+    """The study runner's entries for the subject: its overrides and `own` (None if none)."""
+    own = [*subject.overrides, *own]
     if subject.name in subject.parts and subject.name not in variant_names():
         # a variant of another conf folder: train_commands names only conf/attention/'s
         own = [f"attention={subject.name}", *own]
-    entries = {subject.name: own} if own else None
+    return {subject.name: own} if own else None
+
+
+def run_listops(subject: Subject, seeds: Sequence[int], root: Path, extra: Sequence[str]
+                ) -> dict[str, int]:
+    """Train the subject's ListOps runs left at `seeds`, one at a time; a count per outcome."""
+    entries = _entries(subject)
     todo = pending([(SweepPoint(seed), [subject.name]) for seed in seeds], root, frozenset())
     print(f"listops: {len(todo)} runs to go", flush=True)
     counts: dict[str, int] = {}
@@ -109,3 +120,41 @@ def listops_runs(subject: Subject, seeds: Sequence[int], root: Path) -> pd.DataF
                      "cpu": record.cpu, "cpu_kernels": record.cpu_kernels})
     return pd.DataFrame(rows, columns=["seed", "test_acc", "tokens_per_sec", "duration_s",
                                        "commit", "cpu", "cpu_kernels"])
+
+
+def mixture_grid(study: Sequence[str] = ()) -> dict[str, Any]:
+    """The mixture preset's study block (positions, seeds, more_seeds), with `study`: its study.*
+    overrides."""
+    return load_mixture_grid(MIXTURE_PRESET, list(study))
+
+
+def run_mixture(subject: Subject, grid: dict[str, Any], root: Path, jobs: int,
+                extra: Sequence[str]) -> dict[str, int]:
+    """Train the subject's mixture runs left: every kind of positions at the grid's seeds, then
+    the more seeds of the positions whose seeds split; one thread each, as the study; a count
+    per outcome. A layer with its own short convolutions runs without the preset's, as there."""
+    own_conv = any(owns_short_conv(p, subject.conf_dir) for p in subject.parts)
+    entries = _entries(subject, ["model.short_conv=0"] if own_conv else [])
+    counts: dict[str, int] = {}
+    todo = pending([(MixturePoint(positions, seed), [subject.name])
+                    for seed in grid["seeds"] for positions in grid["positions"]],
+                   root, frozenset())
+    print(f"mixture: {len(todo)} runs to go", flush=True)
+    run_tasks(todo, MIXTURE_PRESET, root, jobs, 1, extra, counts, entries=entries)
+    runs = mixture_runs(root)
+    if grid["more_seeds"] and runs is not None:
+        wanted = wanted_seeds(runs, [subject.name], grid)
+        more = pending([(MixturePoint(positions, seed), [subject.name])
+                        for (_, positions), seeds in wanted.items()
+                        for seed in seeds if seed in grid["more_seeds"]], root, frozenset())
+        print(f"mixture, more seeds where they split: {len(more)} runs to go", flush=True)
+        run_tasks(more, MIXTURE_PRESET, root, jobs, 1, extra, counts, entries=entries)
+    return counts
+
+
+def mixture_runs(root: Path) -> pd.DataFrame | None:
+    """The finished mixture runs under `root`, a row per run and test setting
+    (studies.mixture.RUN_COLUMNS); None before any."""
+    if not root.is_dir() or not any(root.rglob(SUMMARY_FILE)):
+        return None
+    return load_runs([root])[0]
