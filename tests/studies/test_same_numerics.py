@@ -42,7 +42,8 @@ def test_a_mixture_preset_is_checked_as_the_mixture_trains_it(tmp_path: Path) ->
                               "--attention", "elu", "deltanet_layer"])
     checks = SCRIPT.mixture_checks(args, tmp_path)
     assert [entry for entry, _, _ in checks] == [
-        {"attention": name, "positions": positions, "d_model": 64}  # the preset's width
+        {"attention": name, "positions": positions, "d_model": 64,  # the preset's width
+         "lr": 0.01, "threads": 1}
         for positions in ("none", "rope") for name in ("elu", "deltanet_layer")]
     assert len({folder for _, _, folder in checks}) == 4
     for entry, command, _ in checks:
@@ -71,7 +72,7 @@ def test_several_bases_share_the_checkouts_runs(tmp_path: Path, monkeypatch) -> 
     older = found.stdout.strip()
     trained = []
 
-    def fake_weights(tree: Path, command: list[str], folder: Path) -> dict:
+    def fake_weights(tree: Path, command: list[str], folder: Path, threads: int) -> dict:
         trained.append(tree)
         return {"w": torch.ones(2) if tree.name == older else torch.zeros(2)}
 
@@ -87,3 +88,79 @@ def test_several_bases_share_the_checkouts_runs(tmp_path: Path, monkeypatch) -> 
     assert len(table) == 2 * entries and table["base_commit"].nunique() == 2
     assert list(table.groupby("base_commit")["identical"].all()[[older]]) == [False]
     assert table.loc[table["base_commit"] != older, "identical"].all()
+
+
+def test_the_listops_sweep_is_checked_as_its_rows_were_trained(tmp_path: Path) -> None:
+    """Every variant with rows of the published 300-step ListOps sweep (hgrn2_layer has none),
+    the default config as seed_sweep.py trains it, a run per process on the two threads the
+    rows had; the sweep's step budget is the check's (--steps) alone."""
+    args = SCRIPT.parse_args(["--base", "HEAD", "--listops-sweep"])
+    assert SCRIPT.protocol_checks(args) is SCRIPT.listops_sweep_checks
+    checks = SCRIPT.listops_sweep_checks(args, tmp_path)
+    runs = pd.read_csv(SCRIPT.REPO_ROOT / "docs/results/results_runs.csv")
+    rows = runs[(runs["task"] == "listops_small") & (runs["max_steps"] == 300)]
+    names = [entry["attention"] for entry, _, _ in checks]
+    assert sorted(names) == sorted(set(rows["attention"])) and "hgrn2_layer" not in names
+    for entry, command, folder in checks:
+        assert entry == {"attention": entry["attention"], "d_model": 128, "lr": 0.001,
+                         "threads": 2}
+        assert f"attention={entry['attention']}" in command and "seed=2" in command
+        assert not any(arg.startswith(("experiment=", "trainer.max_steps=", "optim.lr="))
+                       for arg in command)
+        assert folder == tmp_path / "seed2" / entry["attention"]
+
+
+def test_the_spt_preset_is_checked_through_both_stages(tmp_path: Path) -> None:
+    """Every variant in the spt arm, pretraining cut to --steps too (the script cuts the
+    fine-tuning), one thread, the fine-tuning stage's checkpoint compared."""
+    args = SCRIPT.parse_args(["--base", "HEAD", "--preset", "spt/listops_small",
+                              "--steps", "4"])
+    assert SCRIPT.protocol_checks(args) is SCRIPT.spt_checks
+    checks = SCRIPT.spt_checks(args, tmp_path)
+    assert [entry["attention"] for entry, _, _ in checks] == SCRIPT.variant_names()
+    for entry, command, folder in checks:
+        assert entry["threads"] == 1
+        assert {"experiment=spt/listops_small", f"attention={entry['attention']}", "seed=2",
+                "pretrain.max_steps=4"} <= set(command)
+        assert not any(arg.startswith(("pretrain=", "~pretrain")) for arg in command)
+        assert folder == tmp_path / "spt" / "seed2" / entry["attention"] / "finetune"
+
+
+def test_a_base_without_the_preset_or_variant_cannot_train_the_entry(tmp_path: Path) -> None:
+    (tmp_path / "conf" / "attention").mkdir(parents=True)
+    (tmp_path / "conf" / "attention" / "elu.yaml").touch()
+    args = SCRIPT.parse_args(["--base", "HEAD", "--preset", "spt/listops_small",
+                              "--attention", "elu", "hgrn2_layer"])
+    elu, hgrn2 = SCRIPT.spt_checks(args, tmp_path)
+    assert SCRIPT.missing_at(tmp_path, elu) == "conf/experiment/spt/listops_small.yaml"
+    (tmp_path / "conf" / "experiment" / "spt").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "spt" / "listops_small.yaml").touch()
+    assert SCRIPT.missing_at(tmp_path, elu) == ""
+    assert SCRIPT.missing_at(tmp_path, hgrn2) == "conf/attention/hgrn2_layer.yaml"
+    hybrid = ({"attention": "elu+softmax*2"}, ["train.py"], tmp_path)
+    assert SCRIPT.missing_at(tmp_path, hybrid) == "conf/attention/softmax.yaml"
+
+
+def test_an_entry_a_base_predates_is_not_comparable_there(tmp_path: Path, monkeypatch) -> None:
+    """The published sweep's commit predates hgrn2_layer: its row says so, the others are
+    compared, and the check passes on them."""
+    base = "272ec9e"
+    if SCRIPT.subprocess.run(["git", "cat-file", "-e", f"{base}^{{commit}}"],
+                             cwd=SCRIPT.REPO_ROOT).returncode != 0:
+        pytest.skip(f"a clone without {base}")
+    trained = []
+
+    def fake_weights(tree: Path, command: list[str], folder: Path, threads: int) -> dict:
+        trained.append((tree == SCRIPT.REPO_ROOT, command[3], threads))
+        return {"w": torch.ones(2)}
+
+    monkeypatch.setattr(SCRIPT, "final_weights", fake_weights)
+    assert SCRIPT.main(["--base", base, "--listops-sweep", "--attention", "elu", "hgrn2_layer",
+                        "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "same_numerics.csv", keep_default_na=False)
+    by_name = table.set_index("attention")
+    assert by_name.loc["elu", "identical"] == "True" and by_name.loc["elu", "not_at_base"] == ""
+    assert by_name.loc["hgrn2_layer", "identical"] == ""
+    assert by_name.loc["hgrn2_layer", "not_at_base"] == "conf/attention/hgrn2_layer.yaml"
+    # hgrn2_layer trained nowhere (no base to compare with), every run on the sweep's 2 threads
+    assert sorted(trained) == [(False, "attention=elu", 2), (True, "attention=elu", 2)]
