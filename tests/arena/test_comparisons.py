@@ -19,7 +19,7 @@ from linarena.arena.comparisons import (
     published_state_size,
     state_size_comparison,
 )
-from linarena.arena.sections import mixture_section
+from linarena.arena.sections import listops_section, mixture_section
 from linarena.arena.subject import parse_subject
 from linarena.arena.training import state_size_grid
 from linarena.studies.state_size_report import summarize
@@ -92,3 +92,15 @@ def test_the_mixture_section_reads_beyond_the_training_lengths_against_the_field
     assert line.startswith("Mixture beyond the training lengths: positions none (n = 5): "
                            "5/5, 5/5 seeds recall at L128 P32 †, L256 P64 †; after Holm")
     assert "positions rope (n = 10): 6/10, 0/10 seeds recall" in line
+
+
+def test_the_listops_section_says_how_much_of_its_threads_a_run_had() -> None:
+    published = published_listops()
+    elu = published[published["attention"] == "elu"]
+    runs = pd.DataFrame({"test_acc": elu["test_acc_pct"] / 100, "tokens_per_sec": 1000.0,
+                         "duration_s": 100.0, "cpu_s": 100.0, "commit": "abc", "cpu": "X",
+                         "cpu_kernels": "Y"})
+    comparison = listops_comparison("elu", list(runs["test_acc"]), published)
+    body, line = listops_section(runs, comparison, None, threads=2)
+    assert "its runs had a median 50% of their 2 threads' time" in body
+    assert line.startswith(f"ListOps: mean {100 * runs['test_acc'].mean():.2f}% over 10 seeds")

@@ -45,6 +45,7 @@ from linarena.arena.sections import (
 )
 from linarena.arena.subject import Subject, parse_subject
 from linarena.arena.training import (
+    LISTOPS_THREADS,
     listops_runs,
     mixture_grid,
     mixture_runs,
@@ -244,7 +245,7 @@ def run(args: argparse.Namespace, subject: Subject, command: str) -> int:
             comparison = listops_comparison(subject.name, list(runs["test_acc"]),
                                             published_listops())
             card.figures["throughput.png"] = throughput_figure(runs, comparison, label)
-            body, line = listops_section(runs, comparison, "throughput.png")
+            body, line = listops_section(runs, comparison, "throughput.png", LISTOPS_THREADS)
             card.sections.append(("Small-budget ListOps", body))
             opening.append(line)
     if "mixture" in args.sections:

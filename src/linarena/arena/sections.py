@@ -99,21 +99,28 @@ def state_size_section(points: pd.DataFrame, comparisons: dict[tuple[int, int], 
     return "\n".join(body), " ".join(lines)
 
 
-def listops_section(runs: pd.DataFrame, comparison: pd.DataFrame, figure: str | None
-                    ) -> tuple[str, str]:
-    """(body, opening line): the subject's seeds and the permutation test against every
-    published attention's (Holm over them), and accuracy against throughput."""
+def listops_section(runs: pd.DataFrame, comparison: pd.DataFrame, figure: str | None,
+                    threads: int) -> tuple[str, str]:
+    """(body, opening line): the subject's seeds (trained on `threads` threads each) and the
+    permutation test against every published attention's (Holm over them), and accuracy against
+    throughput."""
     acc = runs["test_acc"].dropna()
     mean, std = acc.mean(), acc.std()
     above = comparison[comparison["separated"] & (comparison["mean_acc"] < mean)]
     below = comparison[comparison["separated"] & (comparison["mean_acc"] > mean)]
     floor = comparison["p_floor"].min() * len(comparison) if len(comparison) else float("nan")
+    # The share of its threads' time a run got: below 1 the machine was shared, and its
+    # tokens/s understate an idle machine's.
+    share = (runs["cpu_s"] / runs["duration_s"] / threads).median()
+    shared = (f"; its runs had a median {share:.0%} of their {threads} threads' time (cpu_s / "
+              "duration_s / threads: below 100% the machine was shared, and their tokens/s "
+              "understate an idle machine's)" if share == share else "")
     body = ["The small-budget ListOps sweep (`python train.py trainer.max_steps=300`, generated "
             "listops_small, 2 layers, d_model 128, each seed its own process on 2 threads). "
             f"This variant: {len(acc)} seeds, mean {100 * mean:.2f}% ± {100 * std:.2f} (sample "
             f"std), range {100 * acc.min():.2f}-{100 * acc.max():.2f}%, median "
             f"{number(runs['tokens_per_sec'].median())} tokens/s on this machine "
-            f"({machines(runs)}). The exact "
+            f"({machines(runs)}){shared}. The exact "
             "permutation test of the mean against each published attention's seeds, Holm over "
             f"the {len(comparison)} comparisons (the smallest Holm p these seed counts allow: "
             f"{number(min(floor, 1.0))}). Published tokens/s are their machine's.", ""]

@@ -107,7 +107,7 @@ def run_listops(subject: Subject, seeds: Sequence[int], root: Path, extra: Seque
 
 def listops_runs(subject: Subject, seeds: Sequence[int], root: Path) -> pd.DataFrame:
     """One row per finished ListOps run: seed, test_acc (a fraction), tokens_per_sec,
-    duration_s, commit, cpu, cpu_kernels."""
+    duration_s, cpu_s, commit, cpu, cpu_kernels."""
     rows = []
     for seed in seeds:
         path = root / SweepPoint(seed).folder_name / subject.name / SUMMARY_FILE
@@ -116,10 +116,11 @@ def listops_runs(subject: Subject, seeds: Sequence[int], root: Path) -> pd.DataF
         record = read_run(path)
         rows.append({"seed": seed, "test_acc": record.metrics.get(TEST_ACC.key),
                      "tokens_per_sec": record.metrics.get(TOKENS_PER_SEC.key),
-                     "duration_s": record.duration_s, "commit": record.commit,
+                     "duration_s": record.duration_s, "cpu_s": record.cpu_s,
+                     "commit": record.commit,
                      "cpu": record.cpu, "cpu_kernels": record.cpu_kernels})
     return pd.DataFrame(rows, columns=["seed", "test_acc", "tokens_per_sec", "duration_s",
-                                       "commit", "cpu", "cpu_kernels"])
+                                       "cpu_s", "commit", "cpu", "cpu_kernels"])
 
 
 def mixture_grid(study: Sequence[str] = ()) -> dict[str, Any]:
