@@ -28,12 +28,12 @@ import torch
 from linarena.analysis.bench_args import (
     OUTPUT_DIR,
     REPO_ROOT,
+    add_timing_arguments,
     check_device,
     check_out,
     flat_lengths,
     lengths_arg,
-    non_negative_int,
-    positive_float,
+    names_arg,
     positive_int,
 )
 from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpec
@@ -51,18 +51,14 @@ DTYPE_ALIASES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16",
 CPU_DEFAULT_MAX_SECONDS = 300.0
 
 
-def _csv_list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--attentions", type=_csv_list, default=None,
+    parser.add_argument("--attentions", type=names_arg, default=None,
                         help="comma-separated names of conf/attention/*.yaml (default: all)")
     parser.add_argument("--lengths", type=lengths_arg, nargs="+", default=None,
                         help="sequence lengths, 1024 4096 or 1024,4096 (default 1024,...,16384; "
                              "16,32,64 with --tiny)")
-    parser.add_argument("--what", type=_csv_list, default=",".join(WHATS),
+    parser.add_argument("--what", type=names_arg, default=",".join(WHATS),
                         help=f"comma-separated subset of {','.join(WHATS)}")
     parser.add_argument("--batch", type=positive_int, default=None,
                         help="default 1 on CPU, 32 on CUDA")
@@ -72,15 +68,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads(),
                         help="torch CPU threads per case (default: torch's, one per core); "
                              "on a CPU shared with other jobs 1 gives steadier times")
-    parser.add_argument("--warmup", type=non_negative_int, default=1,
-                        help="untimed calls per case")
-    parser.add_argument("--repeats", type=positive_int, default=3,
-                        help="timed calls per case (median)")
-    parser.add_argument("--max-seconds", type=positive_float, default=None,
-                        help="skip a case whose predicted time (previous length's time x growth "
-                             "x calls) exceeds this; on CPU also kills a case after twice it "
-                             f"plus start-up (default {CPU_DEFAULT_MAX_SECONDS:g} on CPU, "
-                             "none on CUDA)")
+    add_timing_arguments(
+        parser, warmup=(1, "untimed calls per case"),
+        repeats=(3, "timed calls per case (median)"),
+        max_seconds=(None, "skip a case whose predicted time (previous length's time x growth "
+                           "x calls) exceeds this; on CPU also kills a case after twice it "
+                           f"plus start-up (default {CPU_DEFAULT_MAX_SECONDS:g} on CPU, "
+                           "none on CUDA)"))
     parser.add_argument("--out", type=Path, default=OUTPUT_DIR,
                         help="folder for benchmark_model.csv and .png (default: "
                              "outputs/benchmarks/ in the repository)")

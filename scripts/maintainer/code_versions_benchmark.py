@@ -54,14 +54,15 @@ import torch
 
 from linarena.analysis.bench_args import (
     OUTPUT_DIR,
+    add_timing_arguments,
     check_out,
     flat_lengths,
     lengths_arg,
-    non_negative_int,
+    names_arg,
     positive_float,
     positive_int,
 )
-from linarena.analysis.bench_runner import write_csv_atomic
+from linarena.analysis.bench_runner import growth_factor, write_csv_atomic
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line, record
 from linarena.analysis.versions_benchmark import (
     COLUMNS,
@@ -111,21 +112,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--after", default=None,
                         help="the newer revision (default: this checkout as it is, "
                              "uncommitted changes included)")
-    parser.add_argument("--attentions", default=None,
+    parser.add_argument("--attentions", type=names_arg, default=None,
                         help="comma-separated variants (default: every file of conf/attention/ "
                              "that both versions have)")
     parser.add_argument("--lengths", type=lengths_arg, nargs="+", default=[[1024, 4096, 16384]],
                         help="sequence lengths: 1024 4096 or 1024,4096 (default 1024,4096,16384)")
-    parser.add_argument("--repeats", type=positive_int, default=5,
-                        help="timed forward+backward calls of each version, at least")
+    add_timing_arguments(
+        parser, warmup=(0, "untimed calls of each after the checked one (which warms up)"),
+        repeats=(5, "timed forward+backward calls of each version, at least"),
+        max_seconds=(30.0, "skip a length whose predicted forward+backward call exceeds this"))
     parser.add_argument("--min-seconds", type=positive_float, default=10.0,
                         help="more calls (up to --max-repeats) until both versions' timed calls "
                              "last this long")
     parser.add_argument("--max-repeats", type=positive_int, default=50)
-    parser.add_argument("--warmup", type=non_negative_int, default=0,
-                        help="untimed calls of each after the checked one (which warms up)")
-    parser.add_argument("--max-seconds", type=positive_float, default=30.0,
-                        help="skip a length whose predicted forward+backward call exceeds this")
     parser.add_argument("--threads", type=positive_int, default=2,
                         help="torch's CPU threads (the published benchmark ran with 2)")
     parser.add_argument("--tolerance", type=positive_float, default=0.05,
@@ -138,8 +137,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder of the CSV (default outputs/benchmarks/)")
     args = parser.parse_args(argv)
     args.lengths = flat_lengths(args.lengths)
-    if args.attentions is not None:
-        args.attentions = [name.strip() for name in args.attentions.split(",") if name.strip()]
     args.out = check_out(parser, args.out)
     return args
 
@@ -176,7 +173,7 @@ def compare_variant(name: str, versions: tuple[Version, Version], shape: Shape,
         row = {"variant": name, "kind": "layer" if layer else "core", "length": length,
                **fields, "weights": weights}
         if previous is not None:
-            predicted_s = previous[1] * (length / previous[0]) ** (1 if linear else 2)
+            predicted_s = previous[1] * growth_factor(linear, previous[0], length)
             if predicted_s > args.max_seconds:
                 row["verdict"] = (f"skipped: predicted {predicted_s:.0f} s a call > "
                                   f"--max-seconds {args.max_seconds:g}")

@@ -28,14 +28,11 @@ from linarena.analysis.result_files import read_csv_checked
 from linarena.analysis.statistics import (
     ALPHA,
     RECALL_TASKS,
-    SUCCESS_THRESHOLD,
-    fisher_exact,
     holm,
-    permutation_p_value,
-    smallest_p,
 )
 from linarena.metrics import TEST_ACC
 from linarena.studies.cli import STUDY_ERRORS, add_output_arguments, fail
+from linarena.studies.point_pairs import pair_test
 from linarena.studies.study import write_report
 
 
@@ -47,22 +44,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def pair_row(task: str, a: str, b: str, acc_a: pd.Series, acc_b: pd.Series) -> dict:
-    """One pair's test: Fisher's on the rates at SUCCESS_THRESHOLD for a recall task (a failed
-    run, without accuracy, is a seed that did not recall), else the permutation test on the
-    mean accuracy of the runs that have one; `value_*` is the rate or the mean, `p_floor` the
-    test's p for the most extreme outcome its seed counts allow."""
-    if task in RECALL_TASKS:
-        n_a, n_b = len(acc_a), len(acc_b)
-        k_a, k_b = int((acc_a >= SUCCESS_THRESHOLD).sum()), int((acc_b >= SUCCESS_THRESHOLD).sum())
-        return {"test": "fisher", "value_a": k_a / n_a, "value_b": k_b / n_b,
-                "p": fisher_exact(k_a, n_a, k_b, n_b), "p_floor": smallest_p(True, n_a, n_b)}
-    acc_a, acc_b = acc_a.dropna(), acc_b.dropna()
-    return {"test": "permutation", "value_a": acc_a.mean(), "value_b": acc_b.mean(),
-            "p": permutation_p_value(list(acc_a), list(acc_b)),
-            "p_floor": smallest_p(False, len(acc_a), len(acc_b))}
-
-
 def pairs_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Every pair of attentions per sweep and task, Holm-adjusted within each."""
     rows = []
@@ -71,7 +52,7 @@ def pairs_table(runs: pd.DataFrame) -> pd.DataFrame:
                       group.groupby("attention", sort=False)}
         found = [{"sweep": sweep, "task": task, "a": a, "b": b, "n_a": len(accuracies[a]),
                   "n_b": len(accuracies[b]),
-                  **pair_row(task, a, b, accuracies[a], accuracies[b])}
+                  **pair_test(accuracies[a], accuracies[b], rates=task in RECALL_TASKS)}
                  for a, b in itertools.combinations(accuracies, 2)]
         for row, adjusted in zip(found, holm([row["p"] for row in found]), strict=True):
             rows.append(row | {"p_holm": adjusted, "separated": adjusted < ALPHA})

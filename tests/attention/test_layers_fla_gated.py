@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.attention import build_layer
+from helpers.fla_reference import assert_same_in_float64, gla_in_dtype
 from helpers.training import run_train
 
 fla_layers = pytest.importorskip("fla.layers")
@@ -191,18 +192,6 @@ def fla_on_cpu_float64(fla_on_cpu: None, monkeypatch: pytest.MonkeyPatch) -> Non
     import fla.layers.gla as fla_gla
     import fla.modules.norm.fused_norm_gate as fused_norm_gate
 
-    def gla(q, k, v, gk=None, g=None, scale=None, initial_state=None,
-            output_final_state=False, **_):
-        assert initial_state is None and not output_final_state
-        gk = g if gk is None else gk
-        scale = q.shape[-1] ** -0.5 if scale is None else scale
-        state = q.new_zeros(*q.shape[:1], q.shape[2], q.shape[3], v.shape[3])
-        outputs = []
-        for t in range(q.shape[1]):
-            state = state * gk[:, t].exp()[..., None] + k[:, t, :, :, None] * v[:, t, :, None]
-            outputs.append((q[:, t, :, :, None] * scale * state).sum(-2))
-        return torch.stack(outputs, 1), None
-
     def rms(x, weight, eps):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
@@ -211,8 +200,8 @@ def fla_on_cpu_float64(fla_on_cpu: None, monkeypatch: pytest.MonkeyPatch) -> Non
         assert bias is None and residual is None and not prenorm
         return rms(x, weight, eps) * torch.nn.functional.silu(g)
 
-    monkeypatch.setattr(fla_gla, "fused_recurrent_gla", gla)
-    monkeypatch.setattr(fla_gla, "chunk_gla", gla)
+    monkeypatch.setattr(fla_gla, "fused_recurrent_gla", gla_in_dtype)
+    monkeypatch.setattr(fla_gla, "chunk_gla", gla_in_dtype)
     monkeypatch.setattr(fused_norm_gate, "rms_norm_gated", norm_then_swish_gate)
 
 
@@ -228,19 +217,4 @@ def test_the_gla_layer_is_fla_s_in_float64_across_chunks(fla_on_cpu_float64: Non
     theirs = fla_layer(name)
     ours = build_layer(name, causal=True, d_model=D_MODEL, num_heads=HEADS)
     mapping = copy_weights(theirs, ours, name)
-    theirs.double()
-    ours.double()
-    generator = torch.Generator().manual_seed(1)
-    x = torch.randn(2, 150, D_MODEL, generator=generator, dtype=torch.float64)
-    cotangent = torch.randn(x.shape, generator=generator, dtype=torch.float64)
-    x_theirs, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
-    out_theirs, out_ours = theirs(x_theirs)[0], ours(x_ours)
-    assert out_ours.dtype == torch.float64 and out_ours.abs().max() > 0.1
-    torch.testing.assert_close(out_ours, out_theirs, rtol=1e-9, atol=1e-11)
-    (out_theirs * cotangent).sum().backward()
-    (out_ours * cotangent).sum().backward()
-    torch.testing.assert_close(x_ours.grad, x_theirs.grad, rtol=1e-9, atol=1e-11)
-    ours_params = dict(ours.named_parameters())
-    for key, param in theirs.named_parameters():
-        torch.testing.assert_close(ours_params[mapping[key]].grad, param.grad, rtol=1e-9,
-                                   atol=1e-11, msg=lambda m, key=key: f"{key}: {m}")
+    assert_same_in_float64(theirs, ours, torch.Generator().manual_seed(1), 150, mapping)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.attention import build_layer
+from helpers.fla_reference import assert_same_in_float64, gla_in_dtype
 
 fla_hgrn2 = pytest.importorskip("fla.layers.hgrn2")
 
@@ -24,25 +25,13 @@ D_MODEL, HEADS = 32, 2
 
 @pytest.fixture
 def fla_on_cpu_float64(monkeypatch: pytest.MonkeyPatch) -> None:
-    def gla(q, k, v, gk=None, g=None, scale=None, initial_state=None,
-            output_final_state=False, **_):
-        assert initial_state is None and not output_final_state
-        gk = g if gk is None else gk
-        scale = q.shape[-1] ** -0.5 if scale is None else scale
-        state = q.new_zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[3])
-        outputs = []
-        for t in range(q.shape[1]):
-            state = state * gk[:, t].exp()[..., None] + k[:, t, :, :, None] * v[:, t, :, None]
-            outputs.append((q[:, t, :, :, None] * scale * state).sum(-2))
-        return torch.stack(outputs, 1), None
-
     def rms_norm_linear(x, norm_weight, norm_bias, weight, bias=None, eps=1e-5, **_):
         assert norm_bias is None and bias is None
         normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * norm_weight
         return torch.nn.functional.linear(normed, weight)
 
-    monkeypatch.setattr(fla_hgrn2, "fused_recurrent_gla", gla)
-    monkeypatch.setattr(fla_hgrn2, "chunk_gla", gla)
+    monkeypatch.setattr(fla_hgrn2, "fused_recurrent_gla", gla_in_dtype)
+    monkeypatch.setattr(fla_hgrn2, "chunk_gla", gla_in_dtype)
     monkeypatch.setattr(fla_hgrn2, "swish", torch.nn.functional.silu)
     monkeypatch.setattr(fla_hgrn2, "rms_norm_linear", rms_norm_linear)
 
@@ -58,20 +47,7 @@ def test_the_hgrn2_layer_is_fla_s_in_float64(fla_on_cpu_float64: None) -> None:
         for name, param in theirs.named_parameters():
             param.add_(0.3 * torch.randn(param.shape, generator=generator))
             ours_params[name].copy_(param)
-    theirs.double()
-    ours.double()
-    x = torch.randn(2, 150, D_MODEL, generator=generator, dtype=torch.float64)
-    cotangent = torch.randn(x.shape, generator=generator, dtype=torch.float64)
-    x_theirs, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
-    out_theirs, out_ours = theirs(x_theirs)[0], ours(x_ours)
-    assert out_ours.dtype == torch.float64 and out_ours.abs().max() > 0.1
-    torch.testing.assert_close(out_ours, out_theirs, rtol=1e-9, atol=1e-11)
-    (out_theirs * cotangent).sum().backward()
-    (out_ours * cotangent).sum().backward()
-    torch.testing.assert_close(x_ours.grad, x_theirs.grad, rtol=1e-9, atol=1e-11)
-    for name, param in theirs.named_parameters():
-        torch.testing.assert_close(ours_params[name].grad, param.grad, rtol=1e-9, atol=1e-11,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+    assert_same_in_float64(theirs, ours, generator, length=150)
 
 
 def test_the_parameter_count_the_docstring_states() -> None:

@@ -10,8 +10,13 @@ import pytest
 from helpers.paths import load_script
 
 from linarena.analysis.provenance import load, mark_stale, record
-from linarena.analysis.statistics import wilson_interval
-from linarena.studies.point_pairs import one_coordinate_pairs
+from linarena.analysis.statistics import (
+    fisher_exact,
+    permutation_p_value,
+    smallest_p,
+    wilson_interval,
+)
+from linarena.studies.point_pairs import one_coordinate_pairs, pair_test
 
 
 def point(attention: str, d_model: int, conv: int, k: int, n: int) -> dict:
@@ -140,3 +145,17 @@ def test_the_script_says_which_tables_it_looked_for(tmp_path: Path, capsys) -> N
     assert script.main(["--folder", str(tmp_path)]) == 2
     assert "no study point table (mqar_state_size.csv, mqar_mixture.csv)" in \
         capsys.readouterr().err
+
+
+def test_a_pair_of_seed_lists_gets_fisher_on_rates_or_permutation_on_means() -> None:
+    """pair_test, the sweeps' and the self-pretraining study's test: a failed run (NaN) is a
+    seed below the threshold in a rate and is left out of a mean."""
+    a, b = pd.Series([0.95, 0.2, 0.99, 0.91]), pd.Series([0.1, float("nan"), 0.92])
+    assert pair_test(a, b, rates=True) == {
+        "test": "fisher", "value_a": 0.75, "value_b": 1 / 3, "p": fisher_exact(3, 4, 1, 3),
+        "p_floor": smallest_p(True, 4, 3)}
+    assert pair_test(a, b, rates=True, threshold=0.05)["value_b"] == 2 / 3
+    means = pair_test(a, b, rates=False)
+    assert (means["test"], means["p_floor"]) == ("permutation", smallest_p(False, 4, 2))
+    assert (means["value_a"], means["value_b"]) == pytest.approx((0.7625, 0.51))
+    assert means["p"] == permutation_p_value([0.95, 0.2, 0.99, 0.91], [0.1, 0.92])

@@ -30,12 +30,11 @@ import torch.nn.functional as F
 
 from linarena.analysis.bench_args import (
     OUTPUT_DIR,
+    add_timing_arguments,
     check_device,
     check_out,
     flat_lengths,
     lengths_arg,
-    non_negative_int,
-    positive_float,
     positive_int,
 )
 from linarena.analysis.bench_runner import run_round_robin, write_csv_atomic
@@ -189,12 +188,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
                         help="fp32, or bf16/fp16 autocast (GPU)")
-    parser.add_argument("--warmup", type=non_negative_int, default=2,
-                        help="untimed calls first (at least 1 is made)")
-    parser.add_argument("--repeats", type=positive_int, default=7,
-                        help="timed calls per variant, round-robin over the variants")
-    parser.add_argument("--max-seconds", type=positive_float, default=30.0,
-                        help="skip a case whose predicted fwd+bwd time exceeds this")
+    add_timing_arguments(
+        parser, warmup=(2, "untimed calls first (at least 1 is made)"),
+        repeats=(7, "timed calls per variant, round-robin over the variants"),
+        max_seconds=(30.0, "skip a case whose predicted fwd+bwd time exceeds this"))
     parser.add_argument("--error-scales", type=float, nargs="*", default=[0.25, 0.5, 1.0],
                         help="q, k scales of the Performer approximation-error table (none: skip)")
     parser.add_argument("--out", type=Path, default=OUTPUT_DIR / "benchmark_attention.csv",

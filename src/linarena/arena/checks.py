@@ -1,6 +1,7 @@
 """What a certificate row is, and how a check becomes one: a check measures an error and
 compares it with its tolerance; a check that raises is a FAIL row naming the exception, so a
-broken variant is reported, never hidden, and the other checks still run."""
+broken variant is reported, never hidden, and the other checks still run. Also the rows a core's
+checks and a layer's checks make alike (autocast, gradcheck), so both are judged by one rule."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -60,6 +62,49 @@ def run_check(check: str, function: Callable[[], Row]) -> Row:
         where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
         message = " ".join(str(error).split())[:200]
         return Row(check, FAIL, None, None, f"raised {type(error).__name__} at {where}: {message}")
+
+
+def mode(causal: bool) -> str:
+    """The mode a check's name ends with."""
+    return "causal" if causal else "bidirectional"
+
+
+def autocast_row(length: int, causal: bool, out: Tensor, exact_out: Tensor) -> Row:
+    """The autocast check's row: `out` (bf16 autocast) against `exact_out` (float32 of the same
+    rounded inputs), max error against 2e-2 and mean error against 3e-3 relative to the
+    output's magnitude (at least 1); a non-finite `out` is an infinite error."""
+    magnitude = max(exact_out.abs().max().item(), 1.0)
+    error = (out.float() - exact_out).abs()
+    relative = max(error.max().item() / 2e-2, error.mean().item() / 3e-3) / magnitude
+    if not torch.isfinite(out).all():
+        relative = float("inf")
+    return measured(f"autocast bf16, {length} tokens ({mode(causal)})", relative, 1.0,
+                    f"max(max error / 2e-2, mean error / 3e-3) / |out| ({magnitude:.3g}) "
+                    "against float32")
+
+
+def gradcheck_row(causal: bool, function: Callable[..., Tensor], inputs: tuple[Tensor, ...],
+                  jacobian: str, note: str = "") -> Row:
+    """The gradcheck row: torch.autograd.gradcheck of function(*inputs) in float64 along random
+    directions (fast mode), atol 1e-7 and rtol 1e-5 as the tests; the detail names `jacobian`
+    (which one is checked) and ends with `note` where given."""
+    ok = torch.autograd.gradcheck(function, inputs, fast_mode=True, atol=1e-7, rtol=1e-5,
+                                  raise_exception=False)
+    detail = f"{jacobian} against finite differences, atol 1e-7, rtol 1e-5"
+    return Row(f"gradcheck ({mode(causal)})", PASS if ok else FAIL, None, None,
+               f"{detail}, {note}" if note else detail)
+
+
+def long_checks(autocast_long: Callable[..., Row], gradcheck: Callable[..., Row],
+                long_length: int) -> list[tuple[str, Callable[..., Row]]]:
+    """(check name, function(name, conf_dir) -> Row) of the autocast check at `long_length`
+    and of gradcheck, each bidirectional then causal: the last checks of a core and a layer."""
+    found: list[tuple[str, Callable[..., Row]]] = []
+    for causal in (False, True):
+        found += [(f"autocast bf16, {long_length} tokens ({mode(causal)})",
+                   partial(autocast_long, causal=causal, length=long_length)),
+                  (f"gradcheck ({mode(causal)})", partial(gradcheck, causal=causal))]
+    return found
 
 
 def summary_line(rows: list[Row]) -> str:

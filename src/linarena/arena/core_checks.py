@@ -11,7 +11,16 @@ from pathlib import Path
 
 import torch
 
-from linarena.arena.checks import SKIP, Row, max_error, measured
+from linarena.arena.checks import (
+    SKIP,
+    Row,
+    autocast_row,
+    gradcheck_row,
+    long_checks,
+    max_error,
+    measured,
+    mode,
+)
 from linarena.arena.reference import (
     HEAD_DIM,
     build,
@@ -31,7 +40,7 @@ def exact(name: str, conf_dir: Path, causal: bool) -> Row:
     attn = build(name, causal, conf_dir=conf_dir)
     out, expected = attn(q, k, v, mask), quadratic_reference(attn, q, k, v, mask)
     real = mask[:, None, :, None].expand_as(out)
-    return measured(f"float64 reference ({_mode(causal)})", max_error(out[real], expected[real]),
+    return measured(f"float64 reference ({mode(causal)})", max_error(out[real], expected[real]),
                     float64_tolerance(expected[real], 37 * features(attn, HEAD_DIM)),
                     "max |out - quadratic reference| over real tokens, float64, 37 tokens")
 
@@ -45,7 +54,7 @@ def padding(name: str, conf_dir: Path, causal: bool) -> Row:
     padded = [torch.cat([t, j], dim=2) for t, j in zip((q, k, v), junk, strict=True)]
     out = attn(*padded, mask=padding_mask([20], 31))
     error = max_error(out[:, :, :20], bare) if torch.isfinite(out).all() else float("inf")
-    return measured(f"padding ({_mode(causal)})", error,
+    return measured(f"padding ({mode(causal)})", error,
                     float64_tolerance(bare, 31 * features(attn, HEAD_DIM)),
                     "20 real tokens + 11 of junk (x50): max |padded - bare| over real tokens")
 
@@ -60,7 +69,7 @@ def padding_gradients(name: str, conf_dir: Path, causal: bool) -> Row:
     error = max((max_error(g, e) for g, e in zip(got, expected, strict=True)), default=0.0)
     tolerance = max((float64_tolerance(e, 12 * features(attn, HEAD_DIM)) for e in expected),
                     default=0.0)
-    return measured(f"NaN padding, gradients ({_mode(causal)})", error, tolerance,
+    return measured(f"NaN padding, gradients ({mode(causal)})", error, tolerance,
                     "max |gradient - gradient with zero padding|, inputs and parameters")
 
 
@@ -137,14 +146,7 @@ def autocast_long(name: str, conf_dir: Path, causal: bool, length: int) -> Row:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = attn(q, k, v)
     exact_out = attn(q.float(), k.float(), v.float())  # the same (rounded) inputs
-    magnitude = max(exact_out.abs().max().item(), 1.0)
-    error = (out.float() - exact_out).abs()
-    relative = max(error.max().item() / 2e-2, error.mean().item() / 3e-3) / magnitude
-    if not torch.isfinite(out).all():
-        relative = float("inf")
-    return measured(f"autocast bf16, {length} tokens ({_mode(causal)})", relative, 1.0,
-                    f"max(max error / 2e-2, mean error / 3e-3) / |out| ({magnitude:.3g}) "
-                    "against float32")
+    return autocast_row(length, causal, out, exact_out)
 
 
 def gradcheck(name: str, conf_dir: Path, causal: bool) -> Row:
@@ -152,29 +154,19 @@ def gradcheck(name: str, conf_dir: Path, causal: bool) -> Row:
     q, k, v = (x.requires_grad_(True) for x in inputs(batch=2, heads=1, length=11))
     mask = padding_mask([11, 7], 11)
     attn = build(name, causal, max_length=16, chunk_size=4, heads=1, conf_dir=conf_dir)
-    ok = torch.autograd.gradcheck(lambda a, b, c: attn(a, b, c, mask), (q, k, v),
-                                  fast_mode=True, atol=1e-7, rtol=1e-5, raise_exception=False)
-    return Row(f"gradcheck ({_mode(causal)})", "PASS" if ok else "FAIL", None, None,
-               "float64 Jacobian against finite differences, atol 1e-7, rtol 1e-5, padded")
-
-
-def _mode(causal: bool) -> str:
-    return "causal" if causal else "bidirectional"
+    return gradcheck_row(causal, lambda a, b, c: attn(a, b, c, mask), (q, k, v),
+                         "float64 Jacobian", "padded")
 
 
 def core_checks(long_length: int) -> list[tuple[str, object]]:
     """(check name, function(name, conf_dir) -> Row) of every generic core check."""
     found: list[tuple[str, object]] = []
     for causal in (False, True):
-        mode = _mode(causal)
-        found += [(f"float64 reference ({mode})", partial(exact, causal=causal)),
-                  (f"padding ({mode})", partial(padding, causal=causal)),
-                  (f"NaN padding, gradients ({mode})", partial(padding_gradients, causal=causal))]
+        found += [(f"float64 reference ({mode(causal)})", partial(exact, causal=causal)),
+                  (f"padding ({mode(causal)})", partial(padding, causal=causal)),
+                  (f"NaN padding, gradients ({mode(causal)})",
+                   partial(padding_gradients, causal=causal))]
     found += [("causal leakage", causal_leakage), ("step()", step),
               ("continued state", continued_state)]
-    for causal in (False, True):
-        found += [(f"autocast bf16, {long_length} tokens ({_mode(causal)})",
-                   partial(autocast_long, causal=causal, length=long_length)),
-                  (f"gradcheck ({_mode(causal)})", partial(gradcheck, causal=causal))]
-    return found
+    return found + long_checks(autocast_long, gradcheck, long_length)
 

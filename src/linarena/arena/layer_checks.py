@@ -11,7 +11,16 @@ from pathlib import Path
 
 import torch
 
-from linarena.arena.checks import SKIP, Row, max_error, measured
+from linarena.arena.checks import (
+    SKIP,
+    Row,
+    autocast_row,
+    gradcheck_row,
+    long_checks,
+    max_error,
+    measured,
+    mode,
+)
 from linarena.arena.reference import (
     LAYER_WIDTH,
     build_layer,
@@ -38,7 +47,7 @@ def _layer(name: str, conf_dir: Path, causal: bool, **kwargs) -> torch.nn.Module
 
 def exact(name: str, conf_dir: Path, causal: bool) -> Row:
     """The layer against its own parts around the token-by-token float64 recurrence."""
-    check = f"float64 reference ({_mode(causal)})"
+    check = f"float64 reference ({mode(causal)})"
     layer = _layer(name, conf_dir, causal)
     if not has_reference(layer):
         return Row(check, SKIP, None, None, "the layer mixes tokens its own way (no single "
@@ -63,7 +72,7 @@ def padding(name: str, conf_dir: Path, causal: bool) -> Row:
     finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in layer.parameters())
     finite = finite and torch.isfinite(padded.grad[mask]).all() and \
         bool((padded.grad[~mask] == 0).all())
-    return measured(f"NaN padding ({_mode(causal)})", error if finite else float("inf"),
+    return measured(f"NaN padding ({mode(causal)})", error if finite else float("inf"),
                     float64_tolerance(out[mask], TERMS),
                     "max |padded row - row alone| over real tokens; gradients finite")
 
@@ -122,40 +131,22 @@ def autocast_long(name: str, conf_dir: Path, causal: bool, length: int) -> Row:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(x)
     exact_out = layer(x.float())  # the same (rounded) input
-    magnitude = max(exact_out.abs().max().item(), 1.0)
-    error = (out.float() - exact_out).abs()
-    relative = max(error.max().item() / 2e-2, error.mean().item() / 3e-3) / magnitude
-    if not torch.isfinite(out).all():
-        relative = float("inf")
-    return measured(f"autocast bf16, {length} tokens ({_mode(causal)})", relative, 1.0,
-                    f"max(max error / 2e-2, mean error / 3e-3) / |out| ({magnitude:.3g}) "
-                    "against float32")
+    return autocast_row(length, causal, out, exact_out)
 
 
 def gradcheck(name: str, conf_dir: Path, causal: bool) -> Row:
     """torch.autograd.gradcheck of x in float64 (7 tokens), along random directions."""
     layer = _layer(name, conf_dir, causal)
     x = _tokens(length=7).requires_grad_(True)
-    ok = torch.autograd.gradcheck(layer, (x,), fast_mode=True, atol=1e-7, rtol=1e-5,
-                                  raise_exception=False)
-    return Row(f"gradcheck ({_mode(causal)})", "PASS" if ok else "FAIL", None, None,
-               "float64 Jacobian of x against finite differences, atol 1e-7, rtol 1e-5")
-
-
-def _mode(causal: bool) -> str:
-    return "causal" if causal else "bidirectional"
+    return gradcheck_row(causal, layer, (x,), "float64 Jacobian of x")
 
 
 def layer_checks(long_length: int) -> list[tuple[str, object]]:
     """(check name, function(name, conf_dir) -> Row) of every generic layer check."""
     found: list[tuple[str, object]] = []
     for causal in (False, True):
-        found += [(f"float64 reference ({_mode(causal)})", partial(exact, causal=causal)),
-                  (f"NaN padding ({_mode(causal)})", partial(padding, causal=causal))]
+        found += [(f"float64 reference ({mode(causal)})", partial(exact, causal=causal)),
+                  (f"NaN padding ({mode(causal)})", partial(padding, causal=causal))]
     found += [("causal leakage", causal_leakage), ("step() and continued state", step_and_state),
               ("state size", state_size)]
-    for causal in (False, True):
-        found += [(f"autocast bf16, {long_length} tokens ({_mode(causal)})",
-                   partial(autocast_long, causal=causal, length=long_length)),
-                  (f"gradcheck ({_mode(causal)})", partial(gradcheck, causal=causal))]
-    return found
+    return found + long_checks(autocast_long, gradcheck, long_length)

@@ -16,6 +16,10 @@ exact permutation test of the mean accuracy (acc_p; NaN where not given) beside 
 Each p has its floor beside it (fisher_p_floor, acc_p_floor): the smallest p the pair's seed
 counts allow, so a reader sees when a pair is "not separated" because it has too few seeds
 (3 against 3: no outcome gives Fisher's p below 0.1) rather than because its seeds agree.
+
+pair_test is the same two tests on two lists of seeds' accuracies rather than two points: the
+test of the sweeps' pairs (scripts/maintainer/pairwise_tests.py) and of the self-pretraining
+study's (spt_report), written once so that the study's pairs stay the sweep's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pandas as pd
 
 from linarena.analysis.statistics import (
     ALPHA,
+    SUCCESS_THRESHOLD,
     fisher_exact,
     holm,
     permutation_p_value,
@@ -100,3 +105,20 @@ def _accuracy_p(coordinates: Sequence[str], a: pd.Series, b: pd.Series,
         return {"acc_p": float("nan"), "acc_p_floor": float("nan")}
     return {"acc_p": permutation_p_value(*seeds),
             "acc_p_floor": smallest_p(False, len(seeds[0]), len(seeds[1]))}
+
+
+def pair_test(acc_a: pd.Series, acc_b: pd.Series, rates: bool,
+              threshold: float = SUCCESS_THRESHOLD) -> dict:
+    """One pair's test on its seeds' test accuracies: with `rates` Fisher's exact test of the
+    rates at `threshold` (a failed run, NaN, is a seed below it), else the exact permutation
+    test of the mean over the runs with an accuracy; `value_*` is the rate or the mean,
+    `p_floor` the smallest p the two seed counts allow."""
+    if rates:
+        n_a, n_b = len(acc_a), len(acc_b)
+        k_a, k_b = int((acc_a >= threshold).sum()), int((acc_b >= threshold).sum())
+        return {"test": "fisher", "value_a": k_a / n_a, "value_b": k_b / n_b,
+                "p": fisher_exact(k_a, n_a, k_b, n_b), "p_floor": smallest_p(True, n_a, n_b)}
+    acc_a, acc_b = acc_a.dropna(), acc_b.dropna()
+    return {"test": "permutation", "value_a": acc_a.mean(), "value_b": acc_b.mean(),
+            "p": permutation_p_value(list(acc_a), list(acc_b)),
+            "p_floor": smallest_p(False, len(acc_a), len(acc_b))}

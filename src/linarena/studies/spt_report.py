@@ -3,8 +3,8 @@ accuracy over seeds with its 95% t-interval (and, with a success threshold, the 
 it with its 95% Wilson interval); the pair tests; the spread between attentions per arm; the
 caption with the prediction stated before the runs; the figure.
 
-The pair tests are the sweep's (scripts/maintainer/pairwise_tests.py, docs/results/
-results_pairs.csv), from analysis.statistics: the exact permutation test of the mean accuracy
+The pair tests are the sweep's (point_pairs.pair_test, as scripts/maintainer/pairwise_tests.py
+and docs/results/results_pairs.csv): the exact permutation test of the mean accuracy
 over seeds (a failed run left out), and with a threshold Fisher's exact test of the rates at it
 (a failed run a seed below it); Holm's adjustment within each comparison, across attentions.
 The comparisons: SPT against scratch at equal fine-tuning steps, SPT against scratch at equal
@@ -36,14 +36,12 @@ from linarena.analysis.provenance import training_note
 from linarena.analysis.statistics import (
     ALPHA,
     SUCCESS_THRESHOLD,
-    fisher_exact,
     holm,
-    permutation_p_value,
     point_statistics,
-    smallest_p,
 )
 from linarena.attention.patterns import pattern_label
 from linarena.studies.declaration import Report
+from linarena.studies.point_pairs import pair_test
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, Protocol, split_attentions
 
 # The predictions, written before any run of the study (the docs' notes say the same): a
@@ -129,23 +127,6 @@ def summarize(runs: pd.DataFrame, protocol: Protocol, names: Sequence[str]) -> p
 def missing_runs(summary: pd.DataFrame) -> int:
     """The runs the points lack (n_expected - n over the points)."""
     return int((summary["n_expected"] - summary["n"]).clip(lower=0).sum())
-
-
-def pair_test(acc_a: pd.Series, acc_b: pd.Series, rates: bool,
-              threshold: float = SUCCESS_THRESHOLD) -> dict:
-    """One pair's test, as the sweep's (pairwise_tests.pair_row): with `rates` Fisher's exact
-    test of the rates at `threshold` (a failed run, NaN, is a seed below it), else the exact
-    permutation test of the mean over the runs with an accuracy; `value_*` is the rate or the
-    mean, `p_floor` the smallest p the two seed counts allow."""
-    if rates:
-        n_a, n_b = len(acc_a), len(acc_b)
-        k_a, k_b = int((acc_a >= threshold).sum()), int((acc_b >= threshold).sum())
-        return {"test": "fisher", "value_a": k_a / n_a, "value_b": k_b / n_b,
-                "p": fisher_exact(k_a, n_a, k_b, n_b), "p_floor": smallest_p(True, n_a, n_b)}
-    acc_a, acc_b = acc_a.dropna(), acc_b.dropna()
-    return {"test": "permutation", "value_a": acc_a.mean(), "value_b": acc_b.mean(),
-            "p": permutation_p_value(list(acc_a), list(acc_b)),
-            "p_floor": smallest_p(False, len(acc_a), len(acc_b))}
 
 
 def common_attentions(runs: pd.DataFrame, names: Sequence[str]) -> list[str]:
