@@ -1,6 +1,6 @@
 """The certificate: the generic checks as rows, on a variant defined in a test (a feature map,
 a recurrence), on a broken one (FAIL rows naming what broke, the other checks still run), and
-on the shipped variants (every row passes, as the generic tests do)."""
+on softmax; every shipped variant's certificate is test_shipped_certificates.py (slow)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from helpers.arena_variants import conf_dir
 
 from linarena.arena.certificate import certify
 from linarena.arena.checks import FAIL, PASS, SKIP, summary_line
-from linarena.attention.variants import variant_names
 
 LONG = 1024  # the autocast checks: at this length every test variant passes them
 
@@ -51,9 +50,3 @@ def test_softmax_skips_the_fixed_state_checks() -> None:
     assert rows["step()"].status == SKIP and rows["continued state"].status == SKIP
     assert all(r.status != FAIL for r in rows.values())
 
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", variant_names())
-def test_every_shipped_variant_passes_its_certificate(name: str) -> None:
-    rows = certify(name)
-    assert all(r.status != FAIL for r in rows), [r for r in rows if r.status == FAIL]
