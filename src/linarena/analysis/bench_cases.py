@@ -1,4 +1,5 @@
-"""One benchmark case: a full training step of the classifier, or the attention module alone.
+"""One benchmark case: a full training step of the classifier, the same model's step under the
+self-pretraining objective (analysis.bench_pretrain), or the attention module alone.
 
 A case is measured in the current process by :func:`run_case`. On CPU the peak memory is the
 growth of the process's peak resident set size (``ru_maxrss``) while the case runs. Linux lets a
@@ -30,12 +31,16 @@ from linarena.models import TransformerClassifier
 from linarena.system import peak_rss_mb
 
 WHATS = ("model_step", "attention_fwd_bwd")
+# Not in WHATS, which is what benchmark_model.py times by default: scripts/benchmark_pretrain.py
+# times it beside model_step (it needs the task's vocabulary and masking fraction).
+PRETRAIN_STEP = "pretrain_step"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelShape:
-    """Size of the benchmarked classifier (sequence classification, CLS pooling)."""
+    """Size of the benchmarked classifier (sequence classification): bidirectional with CLS
+    pooling, or with `causal` causal attention and mean pooling (the model of pretrain=lm)."""
 
     num_layers: int
     d_model: int
@@ -44,6 +49,7 @@ class ModelShape:
     vocab_size: int = 257  # bytes shifted by +1, plus the pad id 0
     num_classes: int = 2
     dropout: float = 0.1
+    causal: bool = False
 
 
 # The LRA byte-level text model (REFERENCE section 2) and a tiny one for tests.
@@ -67,6 +73,8 @@ class CaseSpec:
     shape: ModelShape
     conf_dir: str
     backend: str = "auto"  # attention.backend (linarena.attention.engine.backend)
+    # pretrain_step of a bidirectional model: the fraction of real tokens masked (the task's).
+    mask_fraction: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -84,7 +92,8 @@ def model_config(spec: CaseSpec) -> dict:
     return {
         "d_model": shape.d_model, "num_heads": shape.num_heads, "num_layers": shape.num_layers,
         "mlp_dim": shape.mlp_dim, "dropout": shape.dropout, "max_length": spec.length,
-        "pooling": "cls", "positions": "sinusoidal", "causal": False,
+        "pooling": "mean" if shape.causal else "cls", "positions": "sinusoidal",
+        "causal": shape.causal,
     }
 
 
@@ -203,8 +212,8 @@ def run_case(spec: CaseSpec) -> dict:
     activations and inputs. CUDA: ``max_memory_allocated`` growth over the allocated memory
     before the case (peak statistics reset). CPU: ``ru_maxrss`` growth (see the module doc).
     """
-    if spec.what not in WHATS:
-        raise ValueError(f"unknown what {spec.what!r}; valid: {list(WHATS)}")
+    if spec.what not in (*WHATS, PRETRAIN_STEP):
+        raise ValueError(f"unknown what {spec.what!r}; valid: {[*WHATS, PRETRAIN_STEP]}")
     device = torch.device(spec.device)
     on_cuda = device.type == "cuda"
     torch.set_num_threads(spec.threads)
@@ -216,6 +225,9 @@ def run_case(spec: CaseSpec) -> dict:
     else:
         memory_before_mb = _reset_peak_rss_mb()
     make = make_model_step if spec.what == "model_step" else make_attention_fwd_bwd
+    if spec.what == PRETRAIN_STEP:
+        # Imported here: bench_pretrain builds on this module's model and step.
+        from linarena.analysis.bench_pretrain import make_pretrain_step as make
     try:
         fn, module = make(spec)
         seconds = time_fn(fn, warmup=spec.warmup, repeats=spec.repeats, device=device)
