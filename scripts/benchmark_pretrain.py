@@ -6,9 +6,9 @@ data=<task>` trains (conf/model's sizes, the task's vocabulary), one step of eac
 (linarena.analysis.bench_pretrain: pretrain_step runs the training's PretrainModule, masking
 and LM head; model_step is benchmark_model.py's), timed in alternating rounds so that the load
 of a shared machine falls on both alike. Writes ``benchmark_pretrain.csv`` to ``--out``: per
-case the median and the fastest step, tokens/s (real tokens, batch x length), and on the
-pretrain_step row its tokens/s over model_step's (vs_model_step: medians; vs_model_step_min:
-fastest steps).
+case the median and the fastest step, tokens/s (real tokens, batch x length, from the median),
+and on the pretrain_step row its tokens/s over model_step's (vs_model_step: the median over the
+rounds of the ratio within a round; vs_model_step_min: from the fastest steps).
 
     OMP_NUM_THREADS=2 python scripts/benchmark_pretrain.py --out docs/results
     python scripts/benchmark_pretrain.py --attentions softmax,elu --settings listops_small:128:32
@@ -32,10 +32,11 @@ from linarena.analysis.bench_args import (
     check_device,
     check_out,
     non_negative_int,
+    positive_float,
     positive_int,
 )
 from linarena.analysis.bench_cases import PRETRAIN_STEP, CaseSpec
-from linarena.analysis.bench_pretrain import PAIR, task_shape, time_pair
+from linarena.analysis.bench_pretrain import MIN_ROUNDS, PAIR, task_shape, time_pair
 from linarena.analysis.bench_runner import write_csv_atomic
 from linarena.analysis.provenance import command_line, record
 from linarena.attention.engine.backend import BACKENDS
@@ -48,7 +49,7 @@ DEFAULT_ATTENTIONS = "softmax,elu,gla,gated_deltanet_layer,mamba2_layer,hgrn2_la
 # length benchmark_model.csv publishes, with the task of that length (Path-X, 50% masked).
 DEFAULT_SETTINGS = ("listops_small:128:32", "pathx:16384:1")
 COLUMNS = ["attention", "task", "objective", "mask_fraction", "length", "what", "batch",
-           "device", "dtype", "threads", "repeats", "ms", "min_ms", "tokens_per_sec",
+           "device", "dtype", "threads", "rounds", "ms", "min_ms", "tokens_per_sec",
            "vs_model_step", "vs_model_step_min", "peak_memory_mb", "backend", "status", "note"]
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -90,6 +91,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="untimed calls of each case first (at least 1 is made)")
     parser.add_argument("--repeats", type=positive_int, default=9,
                         help="timed rounds, one call of each case per round")
+    parser.add_argument("--max-seconds", type=positive_float, default=None,
+                        help="stop a pair's rounds once they took this long (at least "
+                             f"{MIN_ROUNDS} rounds; the CSV's rounds column says how many)")
     parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="attention.backend of every layer")
     parser.add_argument("--tiny", action="store_true",
@@ -125,18 +129,13 @@ def measure(args: argparse.Namespace, setting: Setting, goal: str, attention: st
                     mask_fraction=fraction)
     fields = {"attention": attention, "task": setting.task, "objective": goal,
               "mask_fraction": fraction, "length": setting.length, "batch": setting.batch,
-              "device": args.device, "dtype": args.dtype, "threads": args.threads,
-              "repeats": args.repeats}
+              "device": args.device, "dtype": args.dtype, "threads": args.threads}
     try:
-        results = time_pair(spec)
+        results = time_pair(spec, args.max_seconds)
     except Exception as error:  # one broken case must not lose the others' results
         traceback.print_exc()
         note = f"{type(error).__name__}: {error}"[:300]
-        results = {what: {"status": "error", "note": note} for what in PAIR}
-    base, pre = (results[what] for what in PAIR)
-    if base["status"] == pre["status"] == "ok":
-        pre["vs_model_step"] = pre["tokens_per_sec"] / base["tokens_per_sec"]
-        pre["vs_model_step_min"] = base["min_ms"] / pre["min_ms"]
+        results = {what: {"rounds": 0, "status": "error", "note": note} for what in PAIR}
     return [fields | {"what": what} | results[what] for what in PAIR]
 
 

@@ -15,7 +15,12 @@ from hydra import compose, initialize_config_dir
 
 from linarena.analysis import bench_pretrain
 from linarena.analysis.bench_cases import PRETRAIN_STEP, CaseSpec, run_case
-from linarena.analysis.bench_pretrain import make_pretrain_step, task_shape, time_pair
+from linarena.analysis.bench_pretrain import (
+    MIN_ROUNDS,
+    make_pretrain_step,
+    task_shape,
+    time_pair,
+)
 from linarena.training.build import build_module
 
 CONF = REPO_ROOT / "conf"
@@ -83,10 +88,20 @@ def test_time_pair_interleaves_the_two_steps(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(bench_pretrain, "make_model_step", fake("M"))
     monkeypatch.setattr(bench_pretrain, "make_pretrain_step", fake("P"))
     monkeypatch.setattr(bench_pretrain, "peak_allocated_mb", lambda fn, device: 0.0)
+    # Round r: model_step r + 1 ms, pretrain_step 2 (r + 1) ms, whichever runs first.
+    durations = iter([1.0, 2.0, 4.0, 2.0, 3.0, 6.0, 8.0, 4.0])
+    monkeypatch.setattr(bench_pretrain, "elapsed", lambda fn, device: (fn(), next(durations))[1])
     results = time_pair(dataclasses.replace(tiny_spec(False), repeats=4))
-    # One warmup each, then rounds in alternating order.
+    # One warmup each (not timed), then rounds in alternating order.
     assert "".join(calls) == "MP" + "MP" + "PM" + "MP" + "PM"
-    assert set(results) == {"model_step", PRETRAIN_STEP}
+    model, pre = results["model_step"], results[PRETRAIN_STEP]
+    assert (model["ms"], model["min_ms"], pre["ms"], pre["min_ms"]) == (2500, 1000, 5000, 2000)
+    assert pre["vs_model_step"] == pre["vs_model_step_min"] == 0.5
+    assert model["rounds"] == pre["rounds"] == 4
+    # A time budget ends the rounds early, but not below MIN_ROUNDS.
+    monkeypatch.setattr(bench_pretrain, "elapsed", lambda fn, device: 1.0)
+    cut = time_pair(dataclasses.replace(tiny_spec(False), repeats=9), max_seconds=0.5)
+    assert cut["model_step"]["rounds"] == cut[PRETRAIN_STEP]["rounds"] == MIN_ROUNDS
 
 
 def test_time_pair_and_run_case_time_the_real_steps() -> None:
@@ -112,12 +127,15 @@ def test_tiny_run_writes_csv_ratios_and_a_record_with_the_env(
     assert list(zip(rows["objective"], rows["what"], strict=True)) == [
         ("mlm", "model_step"), ("mlm", PRETRAIN_STEP), ("lm", "model_step"), ("lm", PRETRAIN_STEP)]
     assert (rows["status"] == "ok").all() and (rows["threads"] == 1).all()
+    assert (rows["rounds"] == 1).all()
     assert rows["tokens_per_sec"].to_numpy() == pytest.approx(
         (BATCH * LENGTH / (rows["ms"] / 1e3)).to_numpy())
     assert rows["mask_fraction"].tolist()[:2] == [0.1, 0.1]
     assert rows["mask_fraction"][2:].isna().all()  # lm masks nothing
     base, pre = rows.iloc[0], rows.iloc[1]
+    # One round: the round's ratio is the medians'.
     assert pre["vs_model_step"] == pytest.approx(pre["tokens_per_sec"] / base["tokens_per_sec"])
+    assert pre["vs_model_step_min"] == pytest.approx(base["min_ms"] / pre["min_ms"])
     assert pd.isna(base["vs_model_step"])
     command = json.loads((tmp_path / "provenance.json").read_text())[
         "benchmark_pretrain.csv"]["command"]

@@ -39,6 +39,7 @@ from linarena.training.pretrain import PretrainModule
 
 MODEL_STEP = "model_step"
 PAIR = (MODEL_STEP, PRETRAIN_STEP)
+MIN_ROUNDS = 3  # a time budget never cuts the rounds below this: a median of three at least
 
 
 def objective(shape: ModelShape) -> str:
@@ -107,12 +108,17 @@ def task_shape(task: str, causal: bool, conf_dir: Path, tiny: bool = False
     return shape, None if causal else pretrain_config.mask_fraction(cfg)
 
 
-def time_pair(spec: CaseSpec) -> dict[str, dict]:
+def time_pair(spec: CaseSpec, max_seconds: float | None = None) -> dict[str, dict]:
     """model_step and pretrain_step of `spec` (its `what` is ignored), each warmed up
     spec.warmup times (at least once), then timed spec.repeats rounds of one call each, in
-    alternating order (the second call of a round never always gets the first's leftovers):
-    what -> {ms (median), min_ms, tokens_per_sec (median), peak_memory_mb (torch's allocator,
-    one more call), backend, status, note}. An allocation failure is a result (status oom)."""
+    alternating order (the second call of a round never always gets the first's leftovers),
+    or fewer once the rounds took `max_seconds` (at least MIN_ROUNDS):
+    what -> {ms (median), min_ms, tokens_per_sec (median), rounds, peak_memory_mb (torch's
+    allocator, one more call), backend, status, note}; pretrain_step's also has its tokens/s over
+    model_step's: vs_model_step, the median over the rounds of the ratio within a round (two
+    calls next to each other, so a load that comes and goes falls on both; steadier than the
+    ratio of the medians on a shared machine), and vs_model_step_min, from the fastest calls.
+    An allocation failure is a result (status oom)."""
     device = torch.device(spec.device)
     torch.set_num_threads(spec.threads)
     try:
@@ -124,13 +130,16 @@ def time_pair(spec: CaseSpec) -> dict[str, dict]:
         for round_index in range(spec.repeats):
             for what in PAIR[::-1] if round_index % 2 else PAIR:
                 times[what].append(elapsed(steps[what][0], device))
+            spent = sum(map(sum, times.values()))
+            if max_seconds is not None and round_index + 1 >= MIN_ROUNDS and spent > max_seconds:
+                break
         memory = {what: peak_allocated_mb(fn, device) for what, (fn, _) in steps.items()}
     except Exception as error:  # only allocation failures are results; anything else is a bug
         if not is_out_of_memory(error):
             raise
         del error
         gc.collect()
-        return {what: {"ms": None, "min_ms": None, "tokens_per_sec": None,
+        return {what: {"ms": None, "min_ms": None, "tokens_per_sec": None, "rounds": 0,
                        "peak_memory_mb": None, "backend": "", "status": "oom",
                        "note": "allocation failed (out of memory)"} for what in PAIR}
     results = {}
@@ -138,8 +147,12 @@ def time_pair(spec: CaseSpec) -> dict[str, dict]:
         median_s = statistics.median(times[what])
         results[what] = {"ms": 1e3 * median_s, "min_ms": 1e3 * min(times[what]),
                          "tokens_per_sec": spec.batch * spec.length / median_s,
+                         "rounds": len(times[what]),
                          "peak_memory_mb": memory[what],
                          "backend": backend_used(model) or "torch", "status": "ok", "note": ""}
+    rounds = zip(times[MODEL_STEP], times[PRETRAIN_STEP], strict=True)
+    results[PRETRAIN_STEP]["vs_model_step"] = statistics.median(m / p for m, p in rounds)
+    results[PRETRAIN_STEP]["vs_model_step_min"] = min(times[MODEL_STEP]) / min(times[PRETRAIN_STEP])
     del steps
     gc.collect()
     return results
