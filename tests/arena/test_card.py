@@ -110,6 +110,8 @@ def test_the_training_sections_run_and_resume(name: str, tmp_path: Path,
     assert "### d_model 16, short conv off: " in text and "| softmax |" in text
     assert "## Small-budget ListOps" in text and "| elu+1 | 10 |" in text
     assert "### Beyond the training lengths, positions none: this variant L128 P32 †" in text
+    assert ("study.lrs=[0.01] study.seeds=[1] study.lr_seeds=[1] study.more_seeds=[] "
+            "study.positions=[none]),") in text  # each once
     for run in ("state_size/d16_conv0_lr1.00e-02_seed1", "listops/seed1", "mixture/none_seed1"):
         overrides = (tmp_path / "work" / run / name / ".hydra" / "overrides.yaml").read_text()
         assert f"attention={name}" in overrides, run

@@ -194,8 +194,8 @@ def run(args: argparse.Namespace, subject: Subject, command: str) -> int:
     extra = [f"run_group=arena_{subject.name}", *(["logger=wandb"] if args.wandb else []),
              *([] if subject.conf_dir == CONF_DIR else
                [f"hydra.searchpath=[file://{subject.conf_dir}]"])]
-    changed = (f" with {' '.join(args.study + args.mixture_study)}"
-               if args.study or args.mixture_study else "")
+    asked = list(dict.fromkeys(args.study + args.mixture_study))  # seeds go to both grids
+    changed = f" with {' '.join(asked)}" if asked else ""
     opening = [f"What it shows: {', '.join(args.sections)} of `{subject.name}` "
                f"(budget {args.budget}{changed}), against the published rows of "
                "docs/results/ (never retrained here)."]
