@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from linarena.arena.cost import build_timed, crossover, time_variants
+from linarena.arena.sections import cost_section
 from linarena.models.blocks import MultiHeadAttention
 
 
@@ -32,3 +33,13 @@ def test_the_crossover_is_where_the_variant_stays_faster() -> None:
     times = pd.DataFrame(rows, columns=["variant", "length", "fwd_bwd_ms"]).assign(status="ok")
     assert crossover(times, "x") == 8  # faster at 2, slower at 4, faster from 8 on
     assert crossover(times.assign(fwd_bwd_ms=1.0), "x") is None
+
+
+def test_the_opening_line_reads_the_longest_length_where_all_three_were_timed() -> None:
+    rows = [(name, n, ms, "ok") for name, n, ms in [
+        ("softmax", 1024, 10.0), ("elu", 1024, 2.0), ("x", 1024, 4.0),
+        ("elu", 2048, 4.0), ("x", 2048, 8.0)]] + [("softmax", 2048, None, "skipped")]
+    times = pd.DataFrame(rows, columns=["variant", "length", "fwd_bwd_ms", "status"]).assign(
+        peak_memory_mb=1.0, heads=2, head_dim=8, threads=1, timed_as="core")
+    _, line = cost_section(times, "x", [], causal=False)
+    assert "at N=1024 softmax takes 2.5x its time and it takes 2x elu+1's" in line

@@ -50,7 +50,7 @@ def cost_section(times: pd.DataFrame, name: str, states: list[tuple[str, int, st
         body.append(f"Not measured: {missing}.")
     body += ["", "State it keeps to decode, per layer and sequence:", "",
              table(["shape", "numbers", "kind"], [[s, f"{n:,}", k] for s, n, k in states])]
-    top = ratio.dropna(subset=["ms"]).tail(1)
+    top = ratio.dropna(subset=["ms", "softmax_ms", "elu_ms"]).tail(1)  # all three measured
     line = (f"Cost: {cross_text}; at N={int(top['length'].iloc[0])} "
             f"softmax takes {number(top['softmax_over_variant'].iloc[0])}x its time and it "
             f"takes {number(top['variant_over_elu'].iloc[0])}x elu+1's (one run on this "
