@@ -122,7 +122,12 @@ def time_pair(spec: CaseSpec, max_seconds: float | None = None) -> dict[str, dic
     device = torch.device(spec.device)
     torch.set_num_threads(spec.threads)
     try:
-        steps = {MODEL_STEP: make_model_step(spec), PRETRAIN_STEP: make_pretrain_step(spec)}
+        steps = {}
+        for what, make in ((MODEL_STEP, make_model_step), (PRETRAIN_STEP, make_pretrain_step)):
+            # Both from one seed (a body initialised alike, and dropout masks drawn alike), and
+            # a pair's numbers do not depend on the cases timed before it in the process.
+            torch.manual_seed(0)
+            steps[what] = make(spec)
         for fn, _ in steps.values():
             for _ in range(max(spec.warmup, 1)):
                 fn()
