@@ -18,7 +18,7 @@ import pytest
 from helpers.mqar import fake_run
 from helpers.paths import REPO_ROOT
 
-from linarena.studies.study import StudyPoint, group_tasks, pending, write_report
+from linarena.studies.study import StudyPoint, group_tasks, launch_env, pending, write_report
 
 
 def test_attentions_at_one_point_share_a_task_in_first_seen_order() -> None:
@@ -34,6 +34,17 @@ def test_the_to_do_list_skips_finished_and_archived_runs(tmp_path: Path) -> None
     assert pending(tasks, tmp_path, frozenset()) == [(here, ["softmax"]), (other, ["elu"])]
     archived = frozenset({f"{other.folder_name}/elu", f"{here.folder_name}/softmax"})
     assert pending(tasks, tmp_path, archived) == []
+
+
+def test_runs_of_several_threads_wait_passively_unless_the_user_chose(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert launch_env(2)["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert launch_env(2)["OMP_NUM_THREADS"] == launch_env(2)["MKL_NUM_THREADS"] == "2"
+    assert "OMP_WAIT_POLICY" not in launch_env(1)  # one thread waits for no other
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert launch_env(2)["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert launch_env(2, {"OMP_WAIT_POLICY": "PASSIVE"})["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
 def test_the_report_writes_each_file_whole_with_its_provenance(tmp_path: Path) -> None:
