@@ -37,7 +37,12 @@ from linarena.analysis.bench_args import (
     positive_int,
 )
 from linarena.analysis.bench_cases import TEXT_MODEL, TINY_MODEL, WHATS, CaseSpec
-from linarena.analysis.bench_runner import read_benchmark_csv, run_benchmark, write_csv_atomic
+from linarena.analysis.bench_runner import (
+    exit_code,
+    read_benchmark_csv,
+    run_benchmark,
+    write_csv_atomic,
+)
 from linarena.analysis.plots import plot_benchmark
 from linarena.analysis.provenance import command_line, record
 from linarena.attention.engine.backend import BACKENDS
@@ -164,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {csv_path} and {png_path}")
     if args.wandb:
         log_to_wandb(args, table, png_path)
-    errors = [row for row in rows if row["status"] == "error"]
-    if errors:
-        print(f"{len(errors)} case(s) failed with an error (see the note column)", file=sys.stderr)
-    return 1 if errors else 0
+    return exit_code(rows)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from linarena.analysis.bench_args import (
 )
 from linarena.analysis.bench_cases import PRETRAIN_STEP, CaseSpec
 from linarena.analysis.bench_pretrain import MIN_ROUNDS, PAIR, task_shape, time_pair
-from linarena.analysis.bench_runner import write_csv_atomic
+from linarena.analysis.bench_runner import exit_code, write_csv_atomic
 from linarena.analysis.provenance import command_line, record
 from linarena.attention.engine.backend import BACKENDS
 from linarena.attention.variants import check_variant_names
@@ -170,10 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 write_csv_atomic(rows, csv_path, COLUMNS)
     record([csv_path], env_command(argv))
     print(f"wrote {csv_path}")
-    errors = [row for row in rows if row["status"] == "error"]
-    if errors:
-        print(f"{len(errors)} case(s) failed with an error (see the note column)", file=sys.stderr)
-    return 1 if errors else 0
+    return exit_code(rows)
 
 
 if __name__ == "__main__":

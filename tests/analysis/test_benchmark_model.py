@@ -15,7 +15,7 @@ from PIL import Image
 
 from linarena.analysis import bench_cases
 from linarena.analysis.bench_cases import TINY_MODEL, CaseSpec
-from linarena.analysis.bench_runner import run_benchmark, skip_reason
+from linarena.analysis.bench_runner import exit_code, run_benchmark, skip_reason
 from linarena.analysis.timing import time_fn
 
 
@@ -173,3 +173,10 @@ def test_a_whole_layer_is_timed_alone_and_in_the_model(tmp_path: Path) -> None:
     rows = pd.read_csv(tmp_path / "benchmark_model.csv", keep_default_na=False)
     assert set(rows["what"]) == {"model_step", "attention_fwd_bwd"}
     assert (rows["status"] == "ok").all(), rows["note"].tolist()
+
+
+def test_a_benchmark_fails_only_for_a_case_that_raised(capsys: pytest.CaptureFixture) -> None:
+    # Out of memory and skipped lengths are results of the benchmark, not failures of it.
+    assert exit_code([{"status": "ok"}, {"status": "oom"}, {"status": "skipped"}]) == 0
+    assert exit_code([{"status": "ok"}, {"status": "error"}, {"status": "error"}]) == 1
+    assert "2 case(s) failed with an error" in capsys.readouterr().err

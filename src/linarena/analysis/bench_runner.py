@@ -122,6 +122,15 @@ def write_csv_atomic(rows: list[dict], path: Path, columns: list[str] | None = N
     write_atomic(path, lambda file: table.to_csv(file, index=False))
 
 
+def exit_code(rows: list[dict]) -> int:
+    """A benchmark script's exit status: 1, saying how many, when a case failed with an error
+    (a skipped or out-of-memory case is a result, not a failure), else 0."""
+    errors = [row for row in rows if row["status"] == "error"]
+    if errors:
+        print(f"{len(errors)} case(s) failed with an error (see the note column)", file=sys.stderr)
+    return 1 if errors else 0
+
+
 def read_benchmark_csv(path: Path) -> pd.DataFrame:
     """A benchmark_model.py CSV, read whole (result_files.read_csv_checked): a damaged one, or
     another kind of CSV, is a ResultFileError naming the file (and line)."""
