@@ -18,7 +18,6 @@ rounds of the ratio within a round; vs_model_step_min: from the fastest steps).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -38,10 +37,9 @@ from linarena.analysis.bench_args import (
 from linarena.analysis.bench_cases import PRETRAIN_STEP, CaseSpec
 from linarena.analysis.bench_pretrain import MIN_ROUNDS, PAIR, task_shape, time_pair
 from linarena.analysis.bench_runner import exit_code, write_csv_atomic
-from linarena.analysis.provenance import command_line, record
+from linarena.analysis.provenance import command_line, record, with_env
 from linarena.attention.engine.backend import BACKENDS
 from linarena.attention.variants import check_variant_names
-from linarena.system import NUMERICS_ENV
 from linarena.training.pretrain_config import LM, MLM
 
 DEFAULT_ATTENTIONS = "softmax,elu,gla,gated_deltanet_layer,mamba2_layer,hgrn2_layer"
@@ -149,13 +147,6 @@ def describe(rows: list[dict]) -> str:
             f"{pre['vs_model_step']:.3f} (min {pre['vs_model_step_min']:.3f})")
 
 
-def env_command(argv: list[str] | None) -> str:
-    """The command line, led by the environment variables set that change CPU timings and
-    numerics (OMP_NUM_THREADS and the like), so that the record says how to rerun it."""
-    env = [f"{name}={os.environ[name]}" for name in NUMERICS_ENV if name in os.environ]
-    return " ".join([*env, command_line(__file__, argv)])
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -168,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(describe(pair), flush=True)
                 rows += pair
                 write_csv_atomic(rows, csv_path, COLUMNS)
-    record([csv_path], env_command(argv))
+    record([csv_path], with_env(command_line(__file__, argv)))
     print(f"wrote {csv_path}")
     return exit_code(rows)
 

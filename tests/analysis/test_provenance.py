@@ -24,6 +24,7 @@ from linarena.analysis.provenance import (
     record,
     trained_by,
     unrecorded,
+    with_env,
 )
 from linarena.reports.results_tables import SUMMARIES, TABLES, default_pages, write_pages
 from linarena.system import code_version
@@ -63,6 +64,18 @@ def test_record_writes_commit_command_and_environment(tmp_path: Path) -> None:
     assert unrecorded(tmp_path) == []
     (tmp_path / "b.png").write_bytes(b"")
     assert unrecorded(tmp_path) == ["b.png"]
+
+
+def test_a_timing_command_is_led_by_the_threads_settings_it_ran_with(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "MKL_CBWR",
+                 "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    assert with_env("python x.py") == "python x.py"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("HOME", "/elsewhere")  # not a setting timings depend on
+    assert with_env("python x.py") == "OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE python x.py"
 
 
 def test_a_stale_mark_needs_a_reason_and_a_record(tmp_path: Path) -> None:

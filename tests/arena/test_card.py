@@ -36,8 +36,10 @@ def test_the_card_of_a_test_variant_is_markdown_and_one_html_page(tmp_path: Path
     page = (work / "softplus_map_card.html").read_text()
     assert "<table>" in page and "http" not in page.replace("http-equiv", "")
     records = json.loads((work / "provenance.json").read_text())
-    assert records["softplus_map_card.md"]["command"].startswith(
-        "python -m linarena.arena attention=softplus_map")
+    # the command, led by the threads' settings the cost was timed with
+    environment, _, command = records["softplus_map_card.md"]["command"].partition("python ")
+    assert command.startswith("-m linarena.arena attention=softplus_map")
+    assert all("=" in setting for setting in environment.split())
 
 
 def test_a_broken_variant_gets_a_card_that_says_so(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ import datetime
 import hashlib
 import itertools
 import json
+import os
 import platform
 import shlex
 import sys
@@ -43,7 +44,7 @@ from filelock import FileLock
 from linarena.analysis.result_files import PROVENANCE_FILE, count_rows, read_provenance
 from linarena.analysis.results_captions import THEN
 from linarena.files import write_text_atomic
-from linarena.system import REPO_ROOT, cpu_model, current_commit
+from linarena.system import NUMERICS_ENV, REPO_ROOT, cpu_model, current_commit
 
 PUBLISHED_DIR = REPO_ROOT / "docs" / "results"  # what the README publishes
 
@@ -69,6 +70,18 @@ def command_line(script: str | Path, argv: Sequence[str] | None = None) -> str:
     shown = script.relative_to(REPO_ROOT) if script.is_relative_to(REPO_ROOT) else script
     args = sys.argv[1:] if argv is None else argv
     return " ".join(["python", str(shown), *map(shlex.quote, args)])
+
+
+# What a timing depends on beyond the code and the machine: the variables that change numerics
+# (threads, CPU kernels) and OpenMP's wait policy (spinning threads slow a shared machine).
+TIMING_ENV = (*NUMERICS_ENV, "OMP_WAIT_POLICY")
+
+
+def with_env(command: str) -> str:
+    """`command` led by the TIMING_ENV variables this process has set, so that a record of
+    timings says how to rerun them."""
+    return " ".join([*(f"{name}={os.environ[name]}" for name in TIMING_ENV
+                       if name in os.environ), command])
 
 
 def trained_by(runs: pd.DataFrame) -> str:

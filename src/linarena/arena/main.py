@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from linarena.analysis.bench_args import positive_float, positive_int
-from linarena.analysis.provenance import record
+from linarena.analysis.provenance import record, with_env
 from linarena.arena import budget as budgets
 from linarena.arena.card import Card, certificate_section, html_page, markdown
 from linarena.arena.certificate import LONG_LENGTH, certify_parts
@@ -283,8 +283,8 @@ def write_card(card: Card, out: Path, name: str, command: str, rows: list[Row]) 
 def main(argv: Sequence[str] | None = None, conf_dir: Path = CONF_DIR) -> int:
     """The command; `conf_dir`: where the subject's variant files are (a test's own)."""
     args = parse_args(argv)
-    command = " ".join(["python -m linarena.arena",
-                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    command = with_env(" ".join(["python -m linarena.arena",
+                                 *map(shlex.quote, sys.argv[1:] if argv is None else argv)]))
     try:
         subject = parse_subject(args.overrides, conf_dir)
         args = settings(args, subject)
