@@ -80,19 +80,20 @@ def _git(*args: str) -> str | None:
 
 def current_commit() -> tuple[str | None, bool]:
     """(HEAD's hash, whether tracked files other than the results themselves differ from it);
-    (None, False) outside a checkout. A rerun rewrites docs/results/ before its record is
-    written, which is no change to the code that produced it."""
+    (None, False) outside a checkout. A rerun rewrites docs/results/ (a report card
+    docs/cards/) before its record is written, which is no change to the code that produced
+    it."""
     if not (REPO_ROOT / ".git").exists():  # an installed copy: a parent folder's repository
         return None, False                 # (e.g. a project holding the venv) is not ours
     commit = _git("rev-parse", "HEAD")
     changes = _git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                   ":(exclude)docs/results")
+                   ":(exclude)docs/results", ":(exclude)docs/cards")
     return commit, bool(changes)
 
 
 def code_version() -> str | None:
     """The commit this process's code is, with "-dirty" when tracked files differ from it
-    (docs/results/ aside); None outside a checkout."""
+    (docs/results/ and docs/cards/ aside); None outside a checkout."""
     commit, dirty = current_commit()
     return None if commit is None else commit + ("-dirty" if dirty else "")
 
