@@ -63,18 +63,20 @@ from linarena.analysis.bench_args import (
     positive_int,
 )
 from linarena.analysis.bench_runner import growth_factor, write_csv_atomic
+from linarena.analysis.package_copy import (
+    Version,
+    leaked_references,
+    load_checkout,
+    load_revision,
+)
 from linarena.analysis.provenance import PUBLISHED_DIR, command_line, record
 from linarena.analysis.versions_benchmark import (
     COLUMNS,
     Shape,
-    Version,
     alternate_times,
     build,
     compare_calls,
     is_layer,
-    leaked_references,
-    load_checkout,
-    load_revision,
     make_cases,
     median_ratios,
     ratio_table,

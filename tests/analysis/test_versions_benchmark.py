@@ -1,6 +1,7 @@
-"""linarena.analysis.versions_benchmark and scripts/maintainer/code_versions_benchmark.py: an older
-revision's package copied under another name and imported beside this one, both versions'
-attentions compared (numbers, then time, alternately)."""
+"""linarena.analysis.package_copy, linarena.analysis.versions_benchmark and
+scripts/maintainer/code_versions_benchmark.py: an older revision's package copied under another
+name and imported beside this one, both versions' attentions compared (numbers, then time,
+alternately)."""
 
 from __future__ import annotations
 
@@ -17,20 +18,22 @@ import torch
 from helpers.paths import load_script
 from torch import nn
 
+from linarena.analysis.package_copy import (
+    copy_renamed,
+    foreign_imports,
+    import_copy,
+    leaked_references,
+    rename_config,
+    rename_imports,
+)
 from linarena.analysis.versions_benchmark import (
     COLUMNS,
     Case,
     alternate_times,
     compare_calls,
-    copy_renamed,
-    foreign_imports,
-    import_copy,
-    leaked_references,
     median_ratios,
     quantile,
     ratio_table,
-    rename_config,
-    rename_imports,
     repeats_for,
     share_weights,
     timing_fields,
