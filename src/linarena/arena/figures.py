@@ -5,6 +5,7 @@ ListOps accuracy against throughput with the subject among the published attenti
 from __future__ import annotations
 
 import io
+import textwrap
 
 import matplotlib
 
@@ -43,7 +44,7 @@ def label_points(ax, xs, ys, labels, taken: list | None = None) -> None:
     taken = list(taken or [])
     inside = ax.get_window_extent(renderer)
     for x, y, texts in groups.values():
-        text = ", ".join(texts)
+        text = textwrap.fill(", ".join(texts), 32)  # long shared labels: lines, not a banner
         best = None
         for offset, align in LABEL_SPOTS:
             note = ax.annotate(text, (x, y), fontsize=6, color="0.4", xytext=offset,
@@ -83,6 +84,7 @@ def state_size_figure(ours: pd.DataFrame, published: pd.DataFrame, label: str) -
         ax.scatter(mine["state_size"], 100 * mine["median_acc"], color="tab:red", s=60,
                    marker="*", label=label, zorder=3)
         ax.set_xscale("log")
+        ax.margins(x=0.08, y=0.12)  # room for the labels of the points at the edges
         ax.figure.canvas.draw()
         counts = [ax.annotate(f"{row.successes}/{row.n_seeds}",
                               (row.state_size, 100 * row.median_acc), color="tab:red",
