@@ -1,9 +1,9 @@
-"""The self-pretraining studies (linarena.studies.spt, spt_report, spt_study): declared and
-listed by scripts/study.py; spt/listops_small fine-tunes as the published sweep trained; the
-pairs are the sweep's tests, reproducing its published pairs; a tiny study end to end (2
-attentions x 1 seed, a few steps of tiny generated ListOps) writes its runs CSV, tables, pairs,
-figure and provenance; called again, or from its runs CSV in an empty folder, it trains nothing;
-a study short of runs says PARTIAL, and --plan counts what is left."""
+"""The self-pretraining studies (linarena.studies.spt, spt_runs, spt_plan, spt_statistics,
+spt_report, spt_study): declared and listed by scripts/study.py; spt/listops_small fine-tunes as
+the published sweep trained; the pairs are the sweep's tests, reproducing its published pairs; a
+tiny study end to end (2 attentions x 1 seed, a few steps of tiny generated ListOps) writes its
+runs CSV, tables, pairs, figure and provenance; called again, or from its runs CSV in an empty
+folder, it trains nothing; a study short of runs says PARTIAL, and --plan counts what is left."""
 
 from __future__ import annotations
 
@@ -20,22 +20,16 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from linarena.studies.preset import compose_preset
-from linarena.studies.spt import (
-    ARMS,
-    SCRATCH,
-    SCRATCH_TOTAL,
-    SPT,
+from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, arm_overrides, load_protocol
+from linarena.studies.spt_plan import published_calibration, seconds_per_run
+from linarena.studies.spt_runs import (
     Loaded,
-    arm_overrides,
     load_archive,
-    load_protocol,
-    published_calibration,
     published_scratch,
-    seconds_per_run,
     seed_tasks,
     split_attentions,
 )
-from linarena.studies.spt_report import pairs_table
+from linarena.studies.spt_statistics import pairs_table
 from linarena.training.summary import SUMMARY_FILE
 
 PUBLISHED = REPO_ROOT / "docs" / "results" / "results_runs.csv"

@@ -1,6 +1,7 @@
 """The self-pretraining studies as commands (scripts/study.py spt_listops, spt_pathfinder):
-their declarations, and how their plan reads on the console. The protocol and runs are spt's,
-the report's tables, caption and figure spt_report's.
+their declarations, and how their plan reads on the console. The protocol is spt's, the
+finished runs spt_runs', the time left spt_plan's, the report's tables, caption and figure
+spt_report's.
 
     python scripts/study.py spt_listops --plan
     nohup python scripts/study.py spt_listops --jobs 1 --threads 1 \\
@@ -17,20 +18,18 @@ import pandas as pd
 from linarena.attention.variants import check_variant_names
 from linarena.studies.cli import add_attention_argument
 from linarena.studies.declaration import Report, Study
-from linarena.studies.spt import (
-    ARMS,
+from linarena.studies.spt import ARMS, load_protocol
+from linarena.studies.spt_plan import plan_table, published_calibration
+from linarena.studies.spt_report import study_report
+from linarena.studies.spt_runs import (
     PUBLISHED,
     Loaded,
     combined_runs,
     load_archive,
-    load_protocol,
-    plan_table,
-    published_calibration,
     published_scratch,
     seed_tasks,
     split_attentions,
 )
-from linarena.studies.spt_report import study_report
 from linarena.studies.study import pending, run_tasks
 
 
@@ -106,7 +105,7 @@ def _hours(seconds: pd.Series, threads: int) -> str:
 
 
 def collect(args: argparse.Namespace, loaded: Loaded) -> pd.DataFrame:
-    """Every finished run the report reads (spt.combined_runs); none is an error."""
+    """Every finished run the report reads (spt_runs.combined_runs); none is an error."""
     runs = combined_runs(args.root, loaded)
     if not len(runs):
         raise FileNotFoundError(f"no finished run in {args.root}, nor archived, nor published: "
