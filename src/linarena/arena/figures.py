@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import io
 import textwrap
+from collections.abc import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 
 
 def _png(figure) -> bytes:
@@ -28,20 +31,20 @@ LABEL_SPOTS = [((3, 2), "left"), ((3, -8), "left"), ((-3, 2), "right"), ((-3, -8
                  for dx, align in ((3, "left"), (-3, "right")))]
 
 
-def label_points(ax, xs, ys, labels, taken: list | None = None) -> None:
+def label_points(ax: Axes, xs: Sequence[float], ys: Sequence[float], labels: Sequence[str],
+                 avoid: Sequence[Artist] = ()) -> None:
     """Write each label beside its point (grey, small) in the first of LABEL_SPOTS inside the
-    axes where it overlaps no label written before it; where every spot clashes, in the one
-    with the fewest clashes (crowded published points stay readable where they can be, and
-    are never dropped). Points that
-    coincide on the page (within 4 pixels) get one label naming them all. `taken`: the
-    window extents of text already on the axes, which labels avoid too."""
+    axes where it overlaps no label written before it nor any artist of `avoid` (text already
+    on the axes); where every spot clashes, in the one with the fewest clashes (crowded
+    published points stay readable where they can be, and are never dropped). Points that
+    coincide on the page (within 4 pixels) get one label naming them all."""
     ax.figure.canvas.draw()  # fixes the axes' limits, which place the labels on the page
     renderer = ax.figure.canvas.get_renderer()
     groups: dict[tuple[int, int], list] = {}
     for x, y, text in zip(xs, ys, labels, strict=True):
         px, py = ax.transData.transform((x, y))
         groups.setdefault((round(px / 4), round(py / 4)), [x, y, []])[2].append(text)
-    taken = list(taken or [])
+    taken = [artist.get_window_extent(renderer) for artist in avoid]
     inside = ax.get_window_extent(renderer)
     for x, y, texts in groups.values():
         text = textwrap.fill(", ".join(texts), 32)  # long shared labels: lines, not a banner
@@ -85,14 +88,12 @@ def state_size_figure(ours: pd.DataFrame, published: pd.DataFrame, label: str) -
                    marker="*", label=label, zorder=3)
         ax.set_xscale("log")
         ax.margins(x=0.08, y=0.12)  # room for the labels of the points at the edges
-        ax.figure.canvas.draw()
         counts = [ax.annotate(f"{row.successes}/{row.n_seeds}",
                               (row.state_size, 100 * row.median_acc), color="tab:red",
                               xytext=(5, -10), textcoords="offset points")
                   for row in mine.itertuples()]
-        renderer = ax.figure.canvas.get_renderer()
         label_points(ax, theirs["state_size"], 100 * theirs["median_acc"], theirs["label"],
-                     [count.get_window_extent(renderer) for count in counts])
+                     counts)
         ax.set_title(f"d_model {width}, short conv {conv or 'off'}")
         ax.set_xlabel("state size (numbers, all layers; softmax: KV cache)")
         ax.set_ylabel("MQAR test accuracy (%), median over seeds")
