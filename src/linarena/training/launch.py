@@ -17,6 +17,8 @@ from linarena.errors import ConfigError
 SPAWNING_STRATEGIES = ("spawn", "fork", "notebook")
 # Lightning's names of float16 mixed precision, which it replaces by bf16-mixed on the CPU.
 FP16_MIXED = ("16-mixed", "16")
+# The launcher that runs the jobs of one `train.py -m` one after the other in its own process
+# (Hydra's default; submitit's start a process per job).
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 # Launchers whose jobs do not get their DDP ranks started for them: the basic one, and
 # submitit's local executor (it starts tasks_per_node processes but sets no SLURM_* variables,
