@@ -16,8 +16,8 @@ from helpers.paths import FIXTURES
 from PIL import Image
 
 from linarena.analysis.compare import main
-from linarena.analysis.runs import record_from_wandb_run, wandb_filters
 from linarena.analysis.statistics import wilson_interval
+from linarena.analysis.wandb_runs import record_from_wandb_run, wandb_filters
 
 # (task, attention) -> per-seed (test/acc, tokens/s, peak MB); params fixed per attention.
 RUNS = {
