@@ -22,7 +22,7 @@ class PerformerAttention(LinearAttention):
             `seed_everything` makes it reproducible and each layer gets its own).
         eps: added to the true FAVOR+ normaliser (the stabilisers rescale it, and eps with
             it). 0 by default: FAVOR+ features are positive, a row whose normaliser underflows
-            to 0 gets output 0 (see engine/common.py), and any fixed eps biases the estimator
+            to 0 gets output 0 (see engine/linear/common.py), and any fixed eps biases the estimator
             at large |q|, where its normalisers fall far below any fixed eps (1e-77 at
             |q| = 24, d = 16).
         head_dim, causal, chunk_size, backend, rotary: see LinearAttention.

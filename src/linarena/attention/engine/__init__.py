@@ -8,8 +8,10 @@ layout of files (chunk.py, the one-token step, naive.py side by side).
   delta/   the delta rule (DeltaNet, Gated DeltaNet): op.py, chunk.py, step.py, naive.py.
   linear/  the kernel-map sums of the feature-map linear attentions: chunk.py (causal),
            bidirectional.py, step.py (one token), naive.py (quadratic float64 references).
-  common.py   what the ops share: input checks, padding, dtypes, the backend branch, the frame
-              of a one-token step, chunk layout, chunk budget.
+           linear/common.py: their notation, key weights, eps and state.
+  recurrence.py  what the recurrences (gated/, delta/) share: input checks, padding, the
+                 backend branch, the frame of a one-token step, the chunk layout.
+  common.py   what every op shares: the compute dtype, autocast off, the chunk budget.
   backend.py  the one backend rule (auto / torch / fla) and fla-core's kernel calls.
 
 A recurrence's one-token step (gated_linear_attention_step, delta_rule_step) is its closed-form

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from linarena.attention.engine.common import OpInputs
+from linarena.attention.engine.recurrence import OpInputs
 
 BACKENDS = ("auto", "torch", "fla")
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from linarena.attention.engine.common import OpInputs, Pass, causal_tril, passes, reverse_cumsum
+from linarena.attention.engine.recurrence import OpInputs, Pass, causal_tril, passes, reverse_cumsum
 
 
 class _Block:

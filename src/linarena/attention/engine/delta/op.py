@@ -5,8 +5,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from linarena.attention.engine.backend import delta_rule_fla
-from linarena.attention.engine.common import run_op
 from linarena.attention.engine.delta.chunk import delta_chunks
+from linarena.attention.engine.recurrence import run_op
 
 
 def delta_rule(

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from linarena.attention.engine.common import OpInputs, Pass, passes, reverse_cumsum
 from linarena.attention.engine.gated.decay_blocks import intra_chunk, intra_chunk_backward
+from linarena.attention.engine.recurrence import OpInputs, Pass, passes, reverse_cumsum
 
 
 def _scaled(x: Tensor, factor: Tensor | None) -> Tensor:

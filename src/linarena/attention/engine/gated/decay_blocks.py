@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from linarena.attention.engine.common import causal_tril
+from linarena.attention.engine.recurrence import causal_tril
 
 # Tokens of the hierarchy's smallest blocks, whose pairs are summed one offset at a time: a
 # batched matrix product of blocks this small is slower than the elementwise sums (measured at

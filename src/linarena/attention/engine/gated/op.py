@@ -5,8 +5,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from linarena.attention.engine.backend import gated_linear_attention_fla
-from linarena.attention.engine.common import run_op
 from linarena.attention.engine.gated.chunk import gated_chunks
+from linarena.attention.engine.recurrence import run_op
 
 
 def gated_linear_attention(

@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from linarena.attention.engine.common import OpInputs, run_step
+from linarena.attention.engine.recurrence import OpInputs, run_step
 
 
 def _update(token: OpInputs, state: Tensor, gated: bool) -> Tensor:

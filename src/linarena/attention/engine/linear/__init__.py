@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from linarena.attention.engine.common import LinearAttentionState
 from linarena.attention.engine.linear.bidirectional import bidirectional
 from linarena.attention.engine.linear.chunk import chunked_causal
+from linarena.attention.engine.linear.common import LinearAttentionState
 from linarena.attention.engine.linear.step import recurrent_step
 
 

@@ -7,11 +7,11 @@ The keys are summarised in one augmented state S~ = sum_j phi(k_j) [w_j v_j, w_j
 together, and the backward pass needs one matmul per gradient: 6 matmuls of n x m x (d_v + 1)
 per head in all, the cost floor of the algorithm.
 
-Everything runs a chunk of tokens at a time (CHUNK_FLOATS features, common.py): the map, its
-derivative, the weights and the division each pass over a chunk that stays in cache, the
+Everything runs a chunk of tokens at a time (CHUNK_FLOATS features, engine/common.py): the map,
+its derivative, the weights and the division each pass over a chunk that stays in cache, the
 matmuls are cache-sized, and no tensor of the sequence's length is made but the output, its
-denominators and the gradients. The backward pass recomputes phi(q) and phi(k) per chunk
-instead of keeping them, and the chunk-sized tensors live in buffers reused from chunk to chunk
+denominators and the gradients. The backward pass recomputes phi(q) and phi(k) per chunk instead
+of keeping them, and the chunk-sized tensors live in buffers reused from chunk to chunk
 (attention/buffers.py). (Whole-length features and intermediates cost a pass through memory per
 elementwise op, and page faults for every fresh buffer: 1.6x slower at 16K tokens.)
 """
@@ -22,14 +22,13 @@ import torch
 from torch import Tensor
 
 from linarena.attention.buffers import Scratch, write_into
-from linarena.attention.engine.common import (
+from linarena.attention.engine.common import chunk_bounds, tokens_per_chunk
+from linarena.attention.engine.linear.common import (
     add_product,
-    chunk_bounds,
     eps_slope,
     eps_term,
     masked_log_scale,
     plain_weights,
-    tokens_per_chunk,
 )
 from linarena.attention.features import ChunkFeatures, ParamGrads
 

@@ -3,8 +3,8 @@ block of chunks and a hand-written backward that recomputes it.
 
 Inside a chunk of C tokens (chunk_size) attention is exact and quadratic; across chunks the
 state [S | z] (m, d_v + 1) of all earlier keys is carried, as in the recurrence. The chunks are
-processed a block of K at a time (half of CHUNK_FLOATS features, common.py), each block in a
-fixed number of batched ops:
+processed a block of K at a time (half of CHUNK_FLOATS features, engine/common.py), each block
+in a fixed number of batched ops:
     scores = (phi(q) phi(k)^T) * gate            (b, h, K, C, C), causal inside each chunk
     A_c    = phi(k_c)^T (w_c [v_c, 1])           the keys of chunk c, (b, h, K, m, d_v + 1)
     S_c    = sum_{c' < c} D_cc' A_c' + s_c S_in  the state before each chunk and after the block
@@ -31,14 +31,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from linarena.attention.buffers import write_into
-from linarena.attention.engine.common import (
+from linarena.attention.engine.common import tokens_per_chunk
+from linarena.attention.engine.linear.common import (
     LinearAttentionState,
     add_product,
     eps_slope,
     eps_term,
     masked_log_scale,
     plain_weights,
-    tokens_per_chunk,
 )
 from linarena.attention.features import ChunkFeatures, ParamGrads, Pullback
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from linarena.attention.engine.common import LinearAttentionState, eps_term, normalised
+from linarena.attention.engine.linear.common import LinearAttentionState, eps_term, normalised
 from linarena.attention.features import ChunkFeatures
 
 
