@@ -34,9 +34,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from linarena.commands import resume_command
 from linarena.errors import ResumeError
 from linarena.files import write_bytes_atomic, write_text_atomic
-from linarena.training.commands import resume_command
 
 LOCK_FILE = ".run.lock"
 OWNER_FILE = ".run_owner.json"

@@ -13,7 +13,7 @@ from helpers.attention import VARIANTS
 from helpers.paths import REPO_ROOT, load_script
 from PIL import Image
 
-from linarena.analysis import bench_cases
+from linarena.analysis import bench_cases, bench_measure
 from linarena.analysis.bench_cases import TINY_MODEL, CaseSpec
 from linarena.analysis.bench_runner import exit_code, run_benchmark, skip_reason
 from linarena.analysis.timing import time_fn
@@ -102,7 +102,7 @@ def test_oom_is_a_result_and_longer_lengths_are_skipped(monkeypatch) -> None:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return (lambda: None), torch.nn.Module()
 
-    monkeypatch.setattr(bench_cases, "make_model_step", fake_model_step)
+    monkeypatch.setattr(bench_measure, "make_model_step", fake_model_step)
     rows = run_benchmark([make_spec(16), make_spec(32), make_spec(64)], max_seconds=None,
                          isolate=False)
     assert [row["status"] for row in rows] == ["ok", "oom", "skipped"]
@@ -114,7 +114,7 @@ def test_cpu_allocator_failure_counts_as_oom(monkeypatch) -> None:
     def fake_model_step(spec: CaseSpec):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1e12")
 
-    monkeypatch.setattr(bench_cases, "make_model_step", fake_model_step)
+    monkeypatch.setattr(bench_measure, "make_model_step", fake_model_step)
     assert run_benchmark([make_spec(16)], max_seconds=None, isolate=False)[0]["status"] == "oom"
 
 
@@ -122,7 +122,7 @@ def test_other_errors_are_reported_not_hidden_as_oom(monkeypatch) -> None:
     def broken_model_step(spec: CaseSpec):
         raise ValueError("shape mismatch in layer 0")
 
-    monkeypatch.setattr(bench_cases, "make_model_step", broken_model_step)
+    monkeypatch.setattr(bench_measure, "make_model_step", broken_model_step)
     rows = run_benchmark([make_spec(16), make_spec(32)], max_seconds=None, isolate=False)
     assert rows[0]["status"] == "error" and "shape mismatch in layer 0" in rows[0]["note"]
     assert rows[1]["status"] == "skipped"

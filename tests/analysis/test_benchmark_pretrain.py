@@ -14,7 +14,8 @@ from helpers.paths import REPO_ROOT, load_script
 from hydra import compose, initialize_config_dir
 
 from linarena.analysis import bench_pretrain
-from linarena.analysis.bench_cases import PRETRAIN_STEP, CaseSpec, run_case
+from linarena.analysis.bench_cases import PRETRAIN_STEP, CaseSpec
+from linarena.analysis.bench_measure import run_case
 from linarena.analysis.bench_pretrain import (
     MIN_ROUNDS,
     make_pretrain_step,

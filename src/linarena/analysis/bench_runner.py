@@ -25,7 +25,8 @@ import pandas as pd
 import torch
 
 import linarena
-from linarena.analysis.bench_cases import CaseSpec, run_case
+from linarena.analysis.bench_cases import CaseSpec
+from linarena.analysis.bench_measure import run_case
 from linarena.analysis.result_files import ResultFileError, read_csv_checked
 from linarena.analysis.timing import interleaved_medians, is_out_of_memory
 from linarena.attention.variants import is_linear
@@ -85,7 +86,7 @@ def _failed(status: str, note: str) -> dict:
 
 def run_case_in_subprocess(spec: CaseSpec, timeout_s: float | None) -> dict:
     """Measure ``spec`` in a fresh Python process, so that its peak RSS is its own."""
-    command = [sys.executable, "-m", "linarena.analysis.bench_cases", spec.to_json()]
+    command = [sys.executable, "-m", "linarena.analysis.bench_measure", spec.to_json()]
     # The child imports linarena from where this process did, installed or not.
     package_root = str(Path(linarena.__file__).resolve().parents[1])
     python_path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))

@@ -70,8 +70,8 @@ from linarena.analysis.runs import (
 from linarena.analysis.runs_archive import load_runs_csv, with_archive
 from linarena.analysis.table import aggregate_runs, runs_table, to_markdown
 from linarena.analysis.wandb_runs import load_wandb_runs
+from linarena.commands import resume_command
 from linarena.files import write_atomic
-from linarena.training.commands import resume_command
 from linarena.training.summary import SUMMARY_FILE
 
 

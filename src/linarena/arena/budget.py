@@ -12,8 +12,9 @@ from typing import Any
 import pandas as pd
 
 from linarena.arena.subject import Subject
-from linarena.arena.training import LISTOPS_THREADS, state_size_columns
+from linarena.arena.training import state_size_columns
 from linarena.attention.variants import is_layer
+from linarena.studies.seed_sweep import LISTOPS_THREADS
 from linarena.training.summary import SUMMARY_FILE
 
 SECTIONS = ("certificate", "cost", "state_size", "listops", "mixture")

@@ -45,7 +45,6 @@ from linarena.arena.sections import (
 )
 from linarena.arena.subject import Subject, parse_subject
 from linarena.arena.training import (
-    LISTOPS_THREADS,
     listops_runs,
     mixture_grid,
     mixture_runs,
@@ -60,6 +59,7 @@ from linarena.attention.patterns import pattern_label
 from linarena.attention.variants import CONF_DIR
 from linarena.files import write_atomic, write_bytes_atomic, write_text_atomic
 from linarena.studies.cli import STUDY_ERRORS, fail
+from linarena.studies.seed_sweep import LISTOPS_THREADS
 from linarena.studies.state_size_report import summarize
 from linarena.system import REPO_ROOT
 

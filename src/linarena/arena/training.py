@@ -30,15 +30,13 @@ from linarena.studies.mixture import load_runs, wanted_seeds
 from linarena.studies.mixture_study import MixturePoint, load_mixture_grid
 from linarena.studies.preset import load_grid
 from linarena.studies.runs import study_runs
-from linarena.studies.seed_sweep import SweepPoint
+from linarena.studies.seed_sweep import LISTOPS_OVERRIDES, LISTOPS_THREADS, SweepPoint
 from linarena.studies.state_size import STAGES, columns, stage_tasks
 from linarena.studies.study import pending, run_tasks
 from linarena.training.summary import SUMMARY_FILE
 
 STATE_SIZE_PRESET = "mqar_study_cpu"
 MIXTURE_PRESET = "mqar_mixture_cpu"
-LISTOPS_OVERRIDES = ("trainer.max_steps=300",)  # the published sweep's (README, small budget)
-LISTOPS_THREADS = 2
 
 
 def state_size_grid(subject: Subject, widths: Sequence[int],

@@ -3,7 +3,7 @@ study compares with rows trained at other commits, as those rows were trained, c
 steps (the script appends trainer.max_steps=<--steps> to each command).
 
 - The published small-budget ListOps sweep (docs/results/results_runs.csv, task listops_small,
-  300 steps; arena.training's LISTOPS_OVERRIDES and LISTOPS_THREADS): every variant of
+  300 steps; seed_sweep's LISTOPS_OVERRIDES and LISTOPS_THREADS): every variant of
   conf/attention/ with rows there, the default config as scripts/seed_sweep.py trains it, a
   process per run, two threads a run (the threads the rows were trained with: the bits depend
   on them).
@@ -21,10 +21,9 @@ from typing import Any
 
 from linarena.analysis.provenance import PUBLISHED_DIR
 from linarena.analysis.runs_archive import load_runs_csv
-from linarena.arena.training import LISTOPS_OVERRIDES, LISTOPS_THREADS
 from linarena.attention.variants import check_variant_names, variant_names
 from linarena.studies.preset import compose_preset, sweep_protocol
-from linarena.studies.seed_sweep import SweepPoint
+from linarena.studies.seed_sweep import LISTOPS_OVERRIDES, LISTOPS_THREADS, SweepPoint
 from linarena.studies.spt import SPT, ArmPoint, load_protocol, override_key
 from linarena.training.pretrain_config import FINETUNE
 

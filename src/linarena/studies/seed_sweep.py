@@ -29,6 +29,11 @@ from linarena.studies.preset import sweep_protocol
 from linarena.studies.study import SettingsPoint, Task, pending, run_tasks, train_commands
 from linarena.training.summary import read_summary
 
+# The published small-budget ListOps sweep (README; docs/results/results_runs.csv): its steps
+# and each run's threads. The report card's ListOps section and the same-numerics check train
+# runs comparable with its rows.
+LISTOPS_OVERRIDES = ("trainer.max_steps=300",)
+LISTOPS_THREADS = 2
 # A finished run's test accuracy by (seed, attention folder); None: it diverged.
 Archive = Mapping[tuple[int, str], float | None]
 

@@ -19,6 +19,7 @@ from linarena.errors import ConfigError
 from linarena.models.positions import check_positions_kind, check_takes_score_bias
 from linarena.models.transformer import repeat_pattern
 from linarena.training.build import BUILD_KEYS, INJECTED
+from linarena.training.known_keys import check_known_keys
 from linarena.training.pattern_config import pattern_attentions
 from linarena.training.pretrain_config import check_pretrain
 
@@ -63,29 +64,6 @@ def check_keys(node: DictConfig, group: str, kind: str | None = None) -> None:
             + ", ".join(f"{group}.{n}" for n in missing)
             + f" (parameters of {node['_target_']})."
         )
-
-
-def check_known_keys(
-    keys: Iterable[str],
-    accepted: Iterable[str],
-    group: str,
-    whose: str,
-    shown: Iterable[str] | None = None,
-) -> None:
-    """The one key checker: ConfigError naming each key of `keys` not in `accepted` as
-    `<group>.<key>`, with the closest of the `shown` keys (default: all accepted) as "did you
-    mean ...?"; `whose` introduces their list, e.g. "lightning.pytorch.Trainer accepts"."""
-    valid = list(accepted if shown is None else shown)
-    unknown = sorted(set(keys) - set(accepted))
-    if unknown:
-        hints = [_did_you_mean(key, valid) for key in unknown]
-        listed = "; ".join(f"{group}.{key}{hint}" for key, hint in zip(unknown, hints, strict=True))
-        raise ConfigError(f"Unknown config key(s): {listed}. {whose}: {', '.join(valid)}.")
-
-
-def _did_you_mean(key: str, valid: Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(valid), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 TEST_CHECKPOINTS = ("best", "last")

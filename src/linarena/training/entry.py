@@ -12,6 +12,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from linarena.commands import resume_command
 from linarena.errors import LinarenaError, NonFiniteStateError
 from linarena.run_lock import (
     LOCK_FILE,
@@ -22,7 +23,6 @@ from linarena.run_lock import (
     run_folder_lock,
 )
 from linarena.training.build import LOGGER_FILES, logger_nodes
-from linarena.training.commands import resume_command
 from linarena.training.environment import normalise_environment, os_error_message, warn_if_busy
 from linarena.training.launch import hydra_context
 from linarena.training.resume import clean_checkpoint_step

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from linarena.errors import ConfigError
 from linarena.metrics import PRETRAIN_VAL_ACC, VAL_ACC
+from linarena.training.known_keys import check_known_keys
 
 NONE, MLM, LM = "none", "mlm", "lm"
 OBJECTIVES = (NONE, MLM, LM)
@@ -65,9 +66,6 @@ def mask_fraction(cfg: DictConfig) -> float:
 def check_pretrain(cfg: DictConfig) -> None:
     """The pretrain node's keys and values, and that the objective suits the model: masked-token
     prediction needs bidirectional attention, next-token prediction causal attention."""
-    # config_checks imports this module: its key checker is imported here, when called.
-    from linarena.training.config_checks import check_known_keys
-
     goal = objective(cfg)
     if goal not in OBJECTIVES:
         raise ConfigError(f"pretrain.objective={goal!r}: use pretrain=none, mlm or lm.")

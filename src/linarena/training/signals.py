@@ -18,8 +18,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from linarena.commands import resume_command
 from linarena.errors import LinarenaError
-from linarena.training.commands import resume_command
 from linarena.training.sweep_resume import sweep_command
 
 # Exit statuses of a process killed by the signal (128 + signal number), as shells report them.

@@ -16,10 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from linarena.commands import resume_command
 from linarena.errors import ConfigError, NonFiniteStateError, ResumeError
 from linarena.metrics import TEST_ACC, VAL_ACC_BEST
 from linarena.training import pretrain_config
-from linarena.training.commands import resume_command
 from linarena.training.pretrain_config import FINETUNE, PRETRAIN, STAGE_ORDER
 from linarena.training.resume import has_saved_config, restore_saved_config
 from linarena.training.run import train

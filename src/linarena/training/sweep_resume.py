@@ -16,9 +16,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from linarena.commands import train_command
 from linarena.metrics import VAL_ACC_BEST
 from linarena.run_lock import existing_run
-from linarena.training.commands import train_command
 from linarena.training.summary import SUMMARY_FILE, read_summary
 from linarena.training.sweep_report import BASIC_SWEEPER
 

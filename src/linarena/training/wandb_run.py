@@ -22,10 +22,10 @@ import wandb
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from linarena.commands import sync_command
 from linarena.files import write_text_atomic
 from linarena.metrics import METRICS, STEP_KEY
-from linarena.training.commands import sync_command
-from linarena.training.config_checks import check_known_keys
+from linarena.training.known_keys import check_known_keys
 
 log = logging.getLogger(__name__)
 
