@@ -22,6 +22,7 @@ from PIL import Image
 from linarena.studies.preset import compose_preset
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, arm_overrides, load_protocol
 from linarena.studies.spt_plan import published_calibration, seconds_per_run
+from linarena.studies.spt_report import spt_figure, study_report
 from linarena.studies.spt_runs import (
     Loaded,
     load_archive,
@@ -29,7 +30,7 @@ from linarena.studies.spt_runs import (
     seed_tasks,
     split_attentions,
 )
-from linarena.studies.spt_statistics import pairs_table
+from linarena.studies.spt_statistics import pairs_table, summarize
 from linarena.training.summary import SUMMARY_FILE
 
 PUBLISHED = REPO_ROOT / "docs" / "results" / "results_runs.csv"
@@ -251,3 +252,21 @@ def test_the_plan_times_a_run_from_comparable_runs() -> None:
     assert seconds_per_run(runs, protocol, SPT, "elu", 2.0) == 120.0
     assert seconds_per_run(runs, protocol, SCRATCH_TOTAL, "elu", 2.0) == pytest.approx(120.0)
     assert seconds_per_run(runs, protocol, SPT, "softmax", 2.0) == pytest.approx(240.0)
+
+
+def test_a_diverged_run_is_counted_and_said_where_it_diverged(tiny_study: dict,
+                                                              tmp_path: Path) -> None:
+    """A run without accuracy is no dot and no term of the mean: the cell, the caption and the
+    figure say that it diverged, and in which stage."""
+    runs = pd.read_csv(tiny_study["tmp"] / "out" / "spt_listops_runs.csv")
+    diverged = (runs["arm"] == SPT) & (runs["attention"] == "softmax")
+    runs.loc[diverged, ["test_acc", "failed", "total_steps"]] = [np.nan, True, 1]
+    protocol = load_protocol("spt/listops_small", [*TINY, "study.seeds=[1]"])
+    report = study_report("spt_listops", protocol, NAMES, runs)
+    caption = report.outputs[".md"]
+    row = next(line for line in caption.splitlines() if line.startswith("| softmax |"))
+    assert row.split(" | ")[2] == "– (1 diverged)"
+    assert ("**1 runs diverged**" in caption
+            and "softmax, SPT, 2 + 2 steps, seed 1 (pretraining, by step 1)" in caption)
+    figure = spt_figure(summarize(runs, protocol, NAMES), runs, protocol, NAMES, "heading")
+    assert [text.get_text() for text in figure.axes[0].texts] == ["×1"]

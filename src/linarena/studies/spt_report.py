@@ -16,6 +16,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
 
 from linarena.analysis.plots import save_figure
 from linarena.analysis.provenance import training_note
@@ -56,13 +57,19 @@ def _pct(value: float) -> str:
 
 
 def _cell(point: pd.Series, rates: bool) -> str:
-    """'39.8 [39.1, 40.5]' (mean and t-interval, %), with 'k/n' at the threshold for rates."""
+    """'39.8 [39.1, 40.5]' (mean and t-interval, %), with the seeds it lacks and those that
+    diverged, and 'k/n' at the threshold for rates."""
     if not point["n"]:
         return "not run"
-    text = f"{_pct(point['mean_acc'])} [{_pct(point['mean_ci_low'])}, " \
-           f"{_pct(point['mean_ci_high'])}]"
+    text = "–" if point["mean_acc"] != point["mean_acc"] else \
+        f"{_pct(point['mean_acc'])} [{_pct(point['mean_ci_low'])}, {_pct(point['mean_ci_high'])}]"
+    notes = []
     if point["n"] < point["n_expected"]:
-        text += f" ({int(point['n'])} of {int(point['n_expected'])} seeds)"
+        notes.append(f"{int(point['n'])} of {int(point['n_expected'])} seeds")
+    if point["n_failed"]:
+        notes.append(f"{int(point['n_failed'])} diverged")
+    if notes:
+        text += f" ({'; '.join(notes)})"
     if rates:
         text += f"; {int(point['successes'])}/{int(point['n_seeds'])}"
     return text
@@ -109,6 +116,29 @@ def accuracy_table(summary: pd.DataFrame, pairs: pd.DataFrame, protocol: Protoco
             + _difference(pairs, f"{SPT} vs {SCRATCH_TOTAL}: {COMPARISONS[1][2]}", name, tests)
             + f" | {_pct(spt['pretrain_test_acc_mean'])} |")
     return "\n".join(lines) + "\n"
+
+
+def diverged_note(runs: pd.DataFrame, protocol: Protocol) -> str:
+    """The runs that diverged (no test accuracy), each with the stage and step it diverged by:
+    'HGRN2 layer, SPT, 300 + 300 steps, seed 2 (pretraining, by step 100)'."""
+    failed = runs[runs["failed"].astype(bool)].sort_values(["attention", "arm", "seed"])
+    if not len(failed):
+        return ""
+    where = []
+    for run in failed.itertuples():
+        pretrain, steps = int(run.pretrain_steps), int(run.total_steps)
+        stage = ("training" if not pretrain else
+                 "pretraining" if steps <= pretrain else "fine-tuning")
+        step = steps - pretrain if stage == "fine-tuning" else steps
+        where.append(f"{pattern_label(run.attention)}, {protocol.arm_words(run.arm)}, seed "
+                     f"{run.seed} ({stage}, by step {step})")
+    return (f"**{len(failed)} runs diverged** (their weights turned non-finite; no test "
+            "accuracy): " + "; ".join(where) + ". Each is counted in its cell's seeds and left "
+            "out of its mean, its interval and the permutation tests, as the published sweep's "
+            "readings do"
+            + (", and is a seed below the threshold in the rates and Fisher's tests"
+               if protocol.threshold is not None else "")
+            + "; a mean over the seeds that survived says nothing of those that did not.\n\n")
 
 
 def spread_lines(spread: pd.DataFrame) -> str:
@@ -162,8 +192,8 @@ def caption(runs: pd.DataFrame, summary: pd.DataFrame, pairs: pd.DataFrame,
         + ", Holm-adjusted across attentions within each comparison; **separated** is an "
         f"adjusted p < {ALPHA}, and nothing else is called a difference ({name}_pairs.csv, "
         f"with each p's floor at its seed counts).\n\n"
-        + training_note(runs, f"{name}_runs.csv") + accuracy_table(summary, pairs, protocol,
-                                                                   names)
+        + training_note(runs, f"{name}_runs.csv") + diverged_note(runs, protocol)
+        + accuracy_table(summary, pairs, protocol, names)
         + "\nSpread between attentions (the attentions every arm has; "
         f"{name}_spread.csv):\n\n" + spread_lines(spread))
 
@@ -171,14 +201,15 @@ def caption(runs: pd.DataFrame, summary: pd.DataFrame, pairs: pd.DataFrame,
 def spt_figure(summary: pd.DataFrame, runs: pd.DataFrame, protocol: Protocol,
                names: Sequence[str], heading: str) -> Figure:
     """Per attention, each arm's mean test accuracy with its 95% t-interval and every seed as a
-    dot, scratch beside SPT; below, with a threshold, each arm's rate at it with its Wilson
-    interval."""
+    dot (a diverged seed counted at the panel's foot), scratch beside SPT; below, with a
+    threshold, each arm's rate at it with its Wilson interval."""
     rates = protocol.threshold is not None
     fig = Figure(figsize=(max(8.0, 0.75 * len(names) + 3), 7.5 if rates else 5.2))
     axes = fig.subplots(2 if rates else 1, 1, sharex=True, squeeze=False,
                         height_ratios=[1.4, 1] if rates else None)[:, 0]
     x = np.arange(len(names))
     offsets = dict(zip(ARMS, (-0.25, 0.0, 0.25), strict=True))
+    foot = blended_transform_factory(axes[0].transData, axes[0].transAxes)
     for arm in ARMS:
         points = summary[summary["arm"] == arm].set_index("attention").reindex(names)
         where = x + offsets[arm]
@@ -189,9 +220,16 @@ def spt_figure(summary: pd.DataFrame, runs: pd.DataFrame, protocol: Protocol,
                          color=ARM_COLORS[arm], markersize=5, capsize=3, linewidth=1.2,
                          label=protocol.arm_words(arm))
         for i, name in enumerate(names):
-            seeds = runs[(runs["arm"] == arm) & (runs["attention"] == name)]["test_acc"]
-            axes[0].scatter(np.full(len(seeds), where[i]) + 0.06, 100 * seeds.astype(float),
-                            s=8, color=ARM_COLORS[arm], alpha=0.45, linewidths=0)
+            seeds = runs[(runs["arm"] == arm) & (runs["attention"] == name)]
+            axes[0].scatter(np.full(len(seeds), where[i]) + 0.06,
+                            100 * seeds["test_acc"].astype(float), s=8, color=ARM_COLORS[arm],
+                            alpha=0.45, linewidths=0)
+            diverged = int(seeds["failed"].astype(bool).sum())
+            if diverged:
+                # No accuracy to plot: a cross at the foot of the panel, the count beside it.
+                axes[0].text(where[i], 0.015, f"×{diverged}", transform=foot,
+                             color=ARM_COLORS[arm], ha="center", va="bottom", fontsize=8,
+                             fontweight="bold")
         if rates:
             rate = 100 * points["success_rate"].astype(float)
             axes[1].errorbar(where, rate,
@@ -205,6 +243,11 @@ def spt_figure(summary: pd.DataFrame, runs: pd.DataFrame, protocol: Protocol,
         axes[0].axhline(100 * protocol.threshold, color="black", linestyle="--", linewidth=0.8,
                         alpha=0.6, label=f"threshold ({100 * protocol.threshold:g}%)")
     axes[0].set_ylabel("test accuracy (%): mean, 95% t-interval; dots: seeds")
+    if runs["failed"].astype(bool).any():
+        low, high = axes[0].get_ylim()
+        axes[0].set_ylim(low - 0.08 * (high - low), high)  # room for the counts at the foot
+        axes[0].plot([], [], linestyle="none", marker="$×$", color="black",
+                     label="×k: k seeds diverged (no accuracy)")
     axes[0].legend(fontsize=8, loc="best")
     if rates:
         axes[1].set_ylabel(f"seeds at {100 * protocol.threshold:g}% (%), 95% Wilson")
