@@ -64,6 +64,33 @@ def test_gla_gates_near_minus_20_per_token_are_finite_and_exact(kind, causal):
 
 
 @pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_short_sequence_of_strong_feature_gates_has_exact_gradients(dtype, causal):
+    # 62 tokens: one chunk of no power of two, padded to 64 inside the hierarchy. Gates near
+    # -2 per token (an HGRN2 forget gate near 0.13) sum to about -124 over it, beyond float32's
+    # exp range (-88): the padding must continue the gates' running sum, not restart it at 0,
+    # or exp(0 - cum) overflows and 0 * inf turns the real tokens' gradients NaN.
+    n = 62 if dtype == torch.float32 else 45
+    low = -2.5 if dtype == torch.float32 else -40.0  # float64's exp overflows past 709
+    q, k, v = tensors(n)
+    gate = gates("feature", n, low, low + 1.0)
+    expected = [x.clone().requires_grad_(True) for x in (q, k, v, gate)]
+    reference = gla_quadratic(*expected[:3], expected[3], causal=causal)
+    grad_out = torch.randn(reference.shape, generator=torch.Generator().manual_seed(3),
+                           dtype=torch.float64)
+    wanted = torch.autograd.grad((reference * grad_out).sum(), expected)
+    args = [x.to(dtype).requires_grad_(True) for x in (q, k, v, gate)]
+    out = gated_linear_attention(*args[:3], args[3], causal=causal)
+    grads = torch.autograd.grad((out * grad_out.to(dtype)).sum(), args)
+    for got, want in zip(grads, wanted, strict=True):
+        assert torch.isfinite(got).all()
+        if dtype == torch.float64:
+            assert_close_float64(got, want, 4 * n * DIM)
+        else:
+            torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [True, False])
 def test_delta_rule_gates_near_minus_20_per_token_are_finite_and_exact(causal):
     q, k, v, beta = delta_inputs(150)
     gate = gates("head", 150, -21.0, -19.0)

@@ -14,7 +14,8 @@ both exponents <= 0 (so nothing overflows, however strong the gates): their scor
 tokens) is in exactly one such quadrant, at the level where i and j first fall in different
 halves. Inside a leaf the pairs (i, i - offset) are summed elementwise, one offset at a time,
 with their own D_ij (exponent <= 0); the diagonal j = i has D = 1. A chunk whose size is no power
-of two is padded at its end with zero tokens (log gate 0), which change nothing before them.
+of two is padded at its end with zero tokens of log gate 0 (their running sum of the gates stays
+at the last token's), which change nothing before them.
 Cost: a rescaled copy of q and k per level and (LEAF - 1) / 2 elementwise passes over q and k
 for the leaves; never a tensor of c x c x k_dim.
 """
@@ -44,6 +45,17 @@ def _decay_matrix(cum: Tensor | None, strict: bool, size: int, like: Tensor) -> 
 def _padded(x: Tensor, size: int) -> Tensor:
     """x (..., c, d) with zero rows appended up to `size` tokens."""
     return F.pad(x, (0, 0, 0, size - x.shape[-2])) if size > x.shape[-2] else x
+
+
+def _padded_cum(cum: Tensor, size: int) -> Tensor:
+    """The running sums of the log gates (..., c, g) continued flat up to `size` tokens: the
+    padding's gates are 0, so its sums are the last token's. (Zeros would restart the sum, and
+    exp(0 - cum_r) of a padded query overflows once cum_r < -88 in float32: 0 * inf is NaN in
+    every real key's gradient.)"""
+    if size <= cum.shape[-2]:
+        return cum
+    last = cum[..., -1:, :]
+    return torch.cat([cum, last.expand(*last.shape[:-2], size - cum.shape[-2], -1)], dim=-2)
 
 
 def _late_early(x: Tensor, half: int) -> tuple[Tensor, Tensor]:
@@ -83,7 +95,8 @@ def intra_chunk(q: Tensor, k: Tensor, v: Tensor, cum: Tensor | None, strict: boo
     if cum is None or cum.shape[-1] == 1:
         return ((q @ k.transpose(-1, -2)) * _decay_matrix(cum, strict, chunk, q)) @ v
     size = 1 << (chunk - 1).bit_length()
-    q, k, v, cum = (_padded(x, size) for x in (q, k, v, cum))
+    q, k, v = (_padded(x, size) for x in (q, k, v))
+    cum = _padded_cum(cum, size)
     out = torch.zeros_like(v) if strict else (q * k).sum(dim=-1, keepdim=True) * v
     for half in _levels(size):
         q_late, k_early, q_decay, k_decay = _quadrants(q, k, cum, half)
@@ -110,7 +123,8 @@ def intra_chunk_backward(q: Tensor, k: Tensor, v: Tensor, cum: Tensor | None, st
         return (grad_scores @ k, grad_scores.transpose(-1, -2) @ q,
                 scores.transpose(-1, -2) @ grad_out)
     size = 1 << (chunk - 1).bit_length()
-    q, k, v, cum, grad_out = (_padded(x, size) for x in (q, k, v, cum, grad_out))
+    q, k, v, grad_out = (_padded(x, size) for x in (q, k, v, grad_out))
+    cum = _padded_cum(cum, size)
     if strict:
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     else:
