@@ -22,6 +22,7 @@ from PIL import Image
 from linarena.studies.preset import compose_preset
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, arm_overrides, load_protocol
 from linarena.studies.spt_plan import published_calibration, seconds_per_run
+from linarena.studies.spt_predictions import NOT_READ
 from linarena.studies.spt_report import spt_figure, study_report
 from linarena.studies.spt_runs import (
     Loaded,
@@ -188,10 +189,15 @@ def test_a_tiny_study_writes_its_runs_tables_pairs_and_figure(tiny_study: dict) 
     assert set(pairs["test"]) == {"permutation"}
     caption = (out / "spt_listops.md").read_text()
     assert "Prediction, stated" in caption and "PARTIAL" not in caption
+    verdicts = pd.read_csv(out / "spt_listops_verdicts.csv")
+    assert list(verdicts["clause"]) == ["spread", "pairs", "raises", "matched"]
+    assert NOT_READ not in set(verdicts["verdict"])
+    assert "**The prediction, clause by clause** (spt_listops_verdicts.csv)" in caption
     with Image.open(out / "spt_listops.png") as image:
         assert image.width > 400
     provenance = json.loads((out / "provenance.json").read_text())
-    for suffix in ("_runs.csv", ".csv", "_pairs.csv", "_spread.csv", ".md", ".png"):
+    for suffix in ("_runs.csv", ".csv", "_pairs.csv", "_spread.csv", "_verdicts.csv", ".md",
+                   ".png"):
         assert "scripts/study.py spt_listops" in provenance[f"spt_listops{suffix}"]["command"]
 
 

@@ -1,7 +1,7 @@
 """The report of a self-pretraining study (spt_study): its tables (spt_statistics: per arm and
 attention the mean test accuracy over seeds with its interval, the pair tests, the spread
 between attentions per arm) as CSV and Markdown, the caption with the prediction stated before
-the runs, and the figure.
+the runs and its clauses checked (spt_predictions), and the figure.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from linarena.analysis.statistics import ALPHA
 from linarena.attention.patterns import pattern_label
 from linarena.studies.declaration import Report
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, Protocol
+from linarena.studies.spt_predictions import PREDICTIONS, STATED, verdict_lines, verdicts
 from linarena.studies.spt_statistics import (
     COMPARISONS,
     missing_runs,
@@ -32,23 +33,6 @@ from linarena.studies.spt_statistics import (
     summarize,
 )
 
-# The predictions, written before any run of the study (the docs' notes say the same): a
-# reading checks them against the tests, never the other way round.
-STATED = "2026-12-06, before any run of this study"
-PREDICTIONS = {
-    "spt/listops_small": (
-        "SPT narrows the spread between attentions on ListOps: with SPT the standard deviation "
-        "of the attentions' mean accuracies is smaller than from scratch at equal fine-tuning "
-        "steps (its bootstrap interval of the difference below 0), and fewer pairs of "
-        "attentions are separated (Holm) than from scratch. At equal fine-tuning steps SPT "
-        "raises the mean accuracy of most attentions; at equal total steps (from scratch, "
-        "P + F steps) most of that gain is matched, so few attentions are separated there."),
-    "spt/pathfinder_small": (
-        "At this budget (200 fine-tuning steps of 16 images) every attention stays at chance "
-        "from scratch: no seed reaches 60% test accuracy, at 200 or at 400 steps. SPT lifts "
-        "at most a few seeds above it, so no attention's rate at 60% is separated between SPT "
-        "and scratch (Fisher, Holm); if some are, the finding is that SPT lifts those."),
-}
 ARM_COLORS = {SCRATCH: "#7f7f7f", SPT: "#d62728", SCRATCH_TOTAL: "#1f77b4"}
 
 
@@ -160,7 +144,8 @@ def title(protocol: Protocol, partial: bool) -> str:
 
 
 def caption(runs: pd.DataFrame, summary: pd.DataFrame, pairs: pd.DataFrame,
-            spread: pd.DataFrame, protocol: Protocol, names: Sequence[str], name: str) -> str:
+            spread: pd.DataFrame, checked: pd.DataFrame, protocol: Protocol,
+            names: Sequence[str], name: str) -> str:
     missing = missing_runs(summary)
     partial = missing > 0
     expected = int(summary["n_expected"].sum())
@@ -178,7 +163,7 @@ def caption(runs: pd.DataFrame, summary: pd.DataFrame, pairs: pd.DataFrame,
              f"with `--resume-from` this {name}_runs.csv.\n\n" if partial else "")
     return (
         f"# {title(protocol, partial)}\n\n{state}"
-        f"**Prediction, stated {STATED}:** {prediction}\n\n"
+        f"**Prediction, stated {STATED}:** {prediction}\n\n" + verdict_lines(checked, name) +
         f"Protocol: experiment={protocol.preset} ({protocol.model}); {len(names)} attentions, "
         f"seeds {list(protocol.seeds)}, three arms: from scratch at {protocol.finetune_steps} "
         f"steps; SPT, {protocol.pretrain_steps} steps of masked-token pretraining "
@@ -263,19 +248,22 @@ def spt_figure(summary: pd.DataFrame, runs: pd.DataFrame, protocol: Protocol,
 def study_report(name: str, protocol: Protocol, names: Sequence[str],
                  runs: pd.DataFrame) -> Report:
     """The Report of a study's runs: <name>_runs.csv, <name>.csv, <name>_pairs.csv,
-    <name>_spread.csv, <name>.md and <name>.png."""
+    <name>_spread.csv, <name>_verdicts.csv (the prediction's clauses), <name>.md and
+    <name>.png."""
     summary = summarize(runs, protocol, names)
     pairs = pairs_table(runs, protocol, names)
     spread = spread_table(runs, pairs, names)
     partial = missing_runs(summary) > 0
+    checked = verdicts(summary, pairs, spread, protocol, partial)
     heading = title(protocol, partial) + f"\nexperiment={protocol.preset}: {protocol.model}"
 
     def figure(path: Path) -> None:
         save_figure(spt_figure(summary, runs, protocol, names, heading), path)
 
     outputs = {"_runs.csv": runs, ".csv": summary, "_pairs.csv": pairs, "_spread.csv": spread,
-               ".md": caption(runs, summary, pairs, spread, protocol, names, name),
+               "_verdicts.csv": checked,
+               ".md": caption(runs, summary, pairs, spread, checked, protocol, names, name),
                ".png": figure}
-    return Report(outputs, lambda paths: f"{len(runs)} runs -> {paths[1]}, {paths[4]}, "
-                  f"{paths[5]}" + (f" (partial: {missing_runs(summary)} runs missing)"
+    return Report(outputs, lambda paths: f"{len(runs)} runs -> {paths[1]}, {paths[5]}, "
+                  f"{paths[6]}" + (f" (partial: {missing_runs(summary)} runs missing)"
                                    if partial else ""))
