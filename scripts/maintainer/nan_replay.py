@@ -36,8 +36,8 @@ import torch
 # checkout's only where the parent process needs it (parse_args, main).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARK = "NAN_REPLAY "
-# Set while a call is replayed in float64, whose own backward then passes through unchecked.
-REPLAYING = []
+# True while a call is replayed in float64, whose own backward then passes through unchecked.
+replaying = False
 COLUMNS = ("run", "op", "commit", "nan_found", "inputs_finite", "nonfinite_grads", "detail",
            "max_out_diff", "float64_grads_finite", "float64_grad_absmax")
 
@@ -62,12 +62,12 @@ def _check_linear() -> None:
     backward = chunk._ChunkedCausal.backward
 
     def checked(ctx, grad_out, grad_state, grad_top):
+        global replaying
         grads = backward(ctx, grad_out, grad_state, grad_top)
         bad = [i for i, g in enumerate(grads[:3]) if not _finite(g)]
-        if bad and not REPLAYING:
-            REPLAYING.append(True)
+        if bad and not replaying:
+            replaying = True
             q, k, v, mask, den, out, starts, tops = ctx.saved_tensors
-            ctx.features._scratch = type(ctx.features._scratch)()  # float64 buffers
             with torch.enable_grad():
                 xs = [x.detach().double().requires_grad_(True) for x in (q, k, v)]
                 out64, _, _ = chunk._ChunkedCausal.apply(
@@ -87,10 +87,11 @@ def _check_gated() -> None:
     backward = chunk.GatedChunks.backward
 
     def checked(ctx, grad_out, grad_final):
+        global replaying
         grads = backward(ctx, grad_out, grad_final)
         bad = [i for i, g in enumerate(grads[:4]) if g is not None and not _finite(g)]
-        if bad and not REPLAYING:
-            REPLAYING.append(True)
+        if bad and not replaying:
+            replaying = True
             q, k, v, log_gate, *states = ctx.saved_tensors
             start = states[0][:, :, 0]
             settings = (ctx.size, ctx.causal, ctx.gated, ctx.scale)

@@ -13,6 +13,8 @@ from helpers.paths import load_script
 
 from linarena.attention.engine import gated_linear_attention
 from linarena.attention.engine.gated import chunk
+from linarena.attention.engine.linear import chunk as linear_chunk
+from linarena.attention.performer import PerformerAttention
 
 
 class Ended(Exception):
@@ -26,19 +28,28 @@ def inputs(scale: float) -> list[torch.Tensor]:
     return [x.requires_grad_(True) for x in (q * scale, k * scale, v, log_gate)]
 
 
-@pytest.fixture
-def checked(monkeypatch: pytest.MonkeyPatch):
-    """The gated op's backward checked (restored after the test), os._exit raising Ended."""
+def check(monkeypatch: pytest.MonkeyPatch, op: str):
+    """The op's backward checked (restored after the test), os._exit raising Ended."""
     script = load_script("scripts/maintainer/nan_replay.py")
-    monkeypatch.setattr(chunk.GatedChunks, "backward",
-                        inspect.getattr_static(chunk.GatedChunks, "backward"))
+    for function in (chunk.GatedChunks, linear_chunk._ChunkedCausal):
+        monkeypatch.setattr(function, "backward", inspect.getattr_static(function, "backward"))
 
     def end(code: int) -> None:
         raise Ended(code)
 
     monkeypatch.setattr(script.os, "_exit", end)
-    script.CHECKS["gated"]()
+    script.CHECKS[op]()
     return script
+
+
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch):
+    return check(monkeypatch, "gated")
+
+
+def finding(script, out: str) -> dict:
+    line = next(line for line in out.splitlines() if line.startswith(script.MARK))
+    return json.loads(line[len(script.MARK):])
 
 
 def test_a_float32_overflow_is_replayed_in_float64(checked, capsys) -> None:
@@ -47,9 +58,7 @@ def test_a_float32_overflow_is_replayed_in_float64(checked, capsys) -> None:
     out = gated_linear_attention(q, k, v, log_gate, causal=True)
     with pytest.raises(Ended):
         out.sum().backward()
-    line = next(line for line in capsys.readouterr().out.splitlines()
-                if line.startswith(checked.MARK))
-    found = json.loads(line[len(checked.MARK):])
+    found = finding(checked, capsys.readouterr().out)
     assert found["nan_found"] and found["inputs_finite"] and found["float64_grads_finite"]
     assert found["nonfinite_grads"] != "[]" and found["float64_grad_absmax"] > 1e30
     assert "6 tokens in chunks of 6" in found["detail"]
@@ -61,3 +70,19 @@ def test_a_finite_backward_passes_through(checked, monkeypatch: pytest.MonkeyPat
     monkeypatch.undo()  # the op's own backward again
     unchecked = torch.autograd.grad(gated_linear_attention(*args, causal=True).sum(), args)
     assert all(torch.equal(a, b) for a, b in zip(grads, unchecked, strict=True))
+
+
+def test_a_performer_normaliser_underflow_is_replayed_in_float64(monkeypatch, capsys) -> None:
+    # |q|, |k| near 80: the FAVOR+ normalisers of some queries underflow in float32 and the
+    # causal backward turns NaN; the replay recomputes the features in float64 (its own buffers,
+    # not the float32 call's).
+    script = check(monkeypatch, "linear")
+    performer = PerformerAttention(16, num_features=32, seed=0, causal=True)
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=generator) for _ in range(3))
+    q, k = (x.mul(20).requires_grad_(True) for x in (q, k))
+    with pytest.raises(Ended):
+        performer(q, k, v.requires_grad_(True)).sum().backward()
+    found = finding(script, capsys.readouterr().out)
+    assert found["nan_found"] and found["inputs_finite"] and found["float64_grads_finite"]
+    assert "below 1e-30" in found["detail"]

@@ -19,15 +19,18 @@ class Scratch:
     """Named buffers, reused from chunk to chunk of one attention call."""
 
     def __init__(self) -> None:
-        self._buffers: dict[str, Tensor] = {}
+        self._buffers: dict[tuple[str, torch.dtype, torch.device], Tensor] = {}
 
     def __call__(self, name: str, like: Tensor, *shape: int) -> Tensor:
         """An uninitialised (shape) tensor of like's dtype and device in the buffer `name`
-        (grown when too small): valid until the next call with this name."""
+        (grown when too small): valid until the next call with this name, dtype and device.
+        Keyed by dtype and device too, so one call's features can be recomputed in another
+        precision (a float64 replay of saved float32 inputs) without sharing memory."""
         size = math.prod(shape)
-        buffer = self._buffers.get(name)
+        key = (name, like.dtype, like.device)
+        buffer = self._buffers.get(key)
         if buffer is None or buffer.numel() < size:
-            buffer = self._buffers[name] = like.new_empty(size)
+            buffer = self._buffers[key] = like.new_empty(size)
         return buffer[:size].view(shape)
 
 
