@@ -11,9 +11,11 @@ import json
 import os
 from pathlib import Path
 
+import hydra
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from helpers.paths import REPO_ROOT, load_script
 from helpers.training import train_env
 from omegaconf import OmegaConf
@@ -21,6 +23,7 @@ from PIL import Image
 
 from linarena.studies.preset import compose_preset
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, arm_overrides, load_protocol
+from linarena.studies.spt_baseline import token_counts
 from linarena.studies.spt_plan import published_calibration, seconds_per_run
 from linarena.studies.spt_predictions import NOT_READ
 from linarena.studies.spt_report import spt_figure, study_report
@@ -268,7 +271,8 @@ def test_a_diverged_run_is_counted_and_said_where_it_diverged(tiny_study: dict,
     diverged = (runs["arm"] == SPT) & (runs["attention"] == "softmax")
     runs.loc[diverged, ["test_acc", "failed", "total_steps"]] = [np.nan, True, 1]
     protocol = load_protocol("spt/listops_small", [*TINY, "study.seeds=[1]"])
-    report = study_report("spt_listops", protocol, NAMES, runs)
+    baseline = pd.read_csv(tiny_study["tmp"] / "out" / "spt_listops_masked_baseline.csv")
+    report = study_report("spt_listops", protocol, NAMES, runs, baseline)
     caption = report.outputs[".md"]
     row = next(line for line in caption.splitlines() if line.startswith("| softmax |"))
     assert row.split(" | ")[2] == "– (1 diverged)"
@@ -276,3 +280,34 @@ def test_a_diverged_run_is_counted_and_said_where_it_diverged(tiny_study: dict,
             and "softmax, SPT, 2 + 2 steps, seed 1 (pretraining, by step 1)" in caption)
     figure = spt_figure(summarize(runs, protocol, NAMES), runs, protocol, NAMES, "heading")
     assert [text.get_text() for text in figure.axes[0].texts] == ["×1"]
+
+
+def test_the_masked_token_accuracy_is_read_against_the_commonest_token(tiny_study: dict) -> None:
+    """The baseline counts the real tokens the datamodule's batches carry; counted here from the
+    cached packed sequences instead (every value a real token), it is the same."""
+    out = tiny_study["tmp"] / "out"
+    row = pd.read_csv(out / "spt_listops_masked_baseline.csv").iloc[0]
+    saved = dict(os.environ)
+    os.environ.update(tiny_study["env"])
+    try:
+        cfg = compose_preset("spt/listops_small", TINY)
+        tensors = hydra.utils.instantiate(cfg.data).load_tensors()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    train, test = (torch.bincount(tensors[f"{split}/values"].long()) for split in ("train", "test"))
+    assert train[0] == 0 and test[0] == 0  # no padding id among the stored tokens
+    token = int(train.argmax())
+    assert (row["token_id"], row["token_class"]) == (token, token - 1)
+    assert row["train_real_tokens"] == train.sum() and row["test_real_tokens"] == test.sum()
+    assert row["train_share"] == pytest.approx(train[token].item() / train.sum().item(), abs=1e-12)
+    assert row["test_share"] == pytest.approx(test[token].item() / test.sum().item(), abs=1e-12)
+    caption = (out / "spt_listops.md").read_text()
+    assert f"scores {100 * row['test_share']:.1f}% of the masked test tokens" in caption
+
+
+def test_the_token_counts_skip_padding() -> None:
+    tokens = torch.tensor([[3, 3, 2, 0, 0], [1, 3, 0, 0, 0]])
+    loader = [{"tokens": tokens, "mask": tokens != 0}, {"tokens": tokens[:1, :2],
+                                                        "mask": torch.tensor([[True, False]])}]
+    assert token_counts(loader, 5).tolist() == [0, 1, 1, 4, 0]

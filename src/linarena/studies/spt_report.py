@@ -1,7 +1,8 @@
 """The report of a self-pretraining study (spt_study): its tables (spt_statistics: per arm and
 attention the mean test accuracy over seeds with its interval, the pair tests, the spread
 between attentions per arm) as CSV and Markdown, the caption with the prediction stated before
-the runs and its clauses checked (spt_predictions), and the figure.
+the runs and its clauses checked (spt_predictions), the masked-token accuracy that needs no
+context (spt_baseline), and the figure.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from linarena.analysis.statistics import ALPHA
 from linarena.attention.patterns import pattern_label
 from linarena.studies.declaration import Report
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, Protocol
+from linarena.studies.spt_baseline import baseline_line
 from linarena.studies.spt_predictions import PREDICTIONS, STATED, verdict_lines, verdicts
 from linarena.studies.spt_statistics import (
     COMPARISONS,
@@ -144,8 +146,8 @@ def title(protocol: Protocol, partial: bool) -> str:
 
 
 def caption(runs: pd.DataFrame, summary: pd.DataFrame, pairs: pd.DataFrame,
-            spread: pd.DataFrame, checked: pd.DataFrame, protocol: Protocol,
-            names: Sequence[str], name: str) -> str:
+            spread: pd.DataFrame, checked: pd.DataFrame, baseline: pd.DataFrame,
+            protocol: Protocol, names: Sequence[str], name: str) -> str:
     missing = missing_runs(summary)
     partial = missing > 0
     expected = int(summary["n_expected"].sum())
@@ -178,7 +180,7 @@ def caption(runs: pd.DataFrame, summary: pd.DataFrame, pairs: pd.DataFrame,
         f"adjusted p < {ALPHA}, and nothing else is called a difference ({name}_pairs.csv, "
         f"with each p's floor at its seed counts).\n\n"
         + training_note(runs, f"{name}_runs.csv") + diverged_note(runs, protocol)
-        + accuracy_table(summary, pairs, protocol, names)
+        + accuracy_table(summary, pairs, protocol, names) + "\n" + baseline_line(baseline, name)
         + "\nSpread between attentions (the attentions every arm has; "
         f"{name}_spread.csv):\n\n" + spread_lines(spread))
 
@@ -246,10 +248,10 @@ def spt_figure(summary: pd.DataFrame, runs: pd.DataFrame, protocol: Protocol,
 
 
 def study_report(name: str, protocol: Protocol, names: Sequence[str],
-                 runs: pd.DataFrame) -> Report:
+                 runs: pd.DataFrame, baseline: pd.DataFrame) -> Report:
     """The Report of a study's runs: <name>_runs.csv, <name>.csv, <name>_pairs.csv,
-    <name>_spread.csv, <name>_verdicts.csv (the prediction's clauses), <name>.md and
-    <name>.png."""
+    <name>_spread.csv, <name>_verdicts.csv (the prediction's clauses), <name>.md, <name>.png
+    and <name>_masked_baseline.csv (`baseline`: spt_baseline.commonest_token_baseline)."""
     summary = summarize(runs, protocol, names)
     pairs = pairs_table(runs, protocol, names)
     spread = spread_table(runs, pairs, names)
@@ -262,8 +264,9 @@ def study_report(name: str, protocol: Protocol, names: Sequence[str],
 
     outputs = {"_runs.csv": runs, ".csv": summary, "_pairs.csv": pairs, "_spread.csv": spread,
                "_verdicts.csv": checked,
-               ".md": caption(runs, summary, pairs, spread, checked, protocol, names, name),
-               ".png": figure}
+               ".md": caption(runs, summary, pairs, spread, checked, baseline, protocol, names,
+                              name),
+               ".png": figure, "_masked_baseline.csv": baseline}
     return Report(outputs, lambda paths: f"{len(runs)} runs -> {paths[1]}, {paths[5]}, "
                   f"{paths[6]}" + (f" (partial: {missing_runs(summary)} runs missing)"
                                    if partial else ""))

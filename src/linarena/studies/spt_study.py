@@ -19,6 +19,7 @@ from linarena.attention.variants import check_variant_names
 from linarena.studies.cli import add_attention_argument
 from linarena.studies.declaration import Report, Study
 from linarena.studies.spt import ARMS, load_protocol
+from linarena.studies.spt_baseline import commonest_token_baseline
 from linarena.studies.spt_plan import plan_table, published_calibration
 from linarena.studies.spt_report import study_report
 from linarena.studies.spt_runs import (
@@ -115,8 +116,10 @@ def collect(args: argparse.Namespace, loaded: Loaded) -> pd.DataFrame:
 
 def report(args: argparse.Namespace, loaded: Loaded, runs: pd.DataFrame) -> Report:
     """<name>_runs.csv, <name>.csv (per arm and attention), <name>_pairs.csv,
-    <name>_spread.csv, <name>.md and <name>.png (spt_report); PARTIAL while runs are missing."""
-    return study_report(args.name, loaded.protocol, loaded.names, runs)
+    <name>_spread.csv, <name>_verdicts.csv, <name>.md, <name>.png and
+    <name>_masked_baseline.csv (spt_report); PARTIAL while runs are missing."""
+    baseline = commonest_token_baseline(loaded.protocol.preset, args.overrides)
+    return study_report(args.name, loaded.protocol, loaded.names, runs, baseline)
 
 
 HELP = {
