@@ -4,18 +4,18 @@ numbers? Both versions are imported into one process and timed alternately.
 The older revision (--before, default 909c14a: before the recurrences moved into one engine) is
 checked out in a temporary git worktree and its src/linarena copied under another name
 (linarena_before, its imports rewritten; nothing of it imports this checkout's linarena, which
-is checked). Each variant of conf/attention/ that both versions have (cores and whole layers)
-is built by both with the same seed and the same weights (copied across when the names match;
-the `weights` column says), at the published attention benchmark's shapes
-(docs/results/benchmark_attention_causal.csv: batch, heads, head_dim, causal; fp32 on CPU;
-a layer gets x of width heads * head_dim). Both get the same inputs: their outputs and
-gradients are compared (`identical`, else the largest differences), then forward+backward is
-timed in the order before, after, after, before, ... (--repeats calls of each, more for short
-calls: --min-seconds), medians. ratio = after / before (> 1: slower now); pair_ratio_q25/q75
-are the quartiles of the ratios of neighbouring calls, and `verdict` says whether the ratio is
-within noise (within --tolerance of 1, or the quartiles hold 1). A length whose predicted call
-exceeds --max-seconds is skipped, as in the attention benchmark. Running it with --before and
---after the same revision measures the noise itself.
+is checked). Each variant of conf/attention/ that both versions have (cores and whole layers) is
+built by both with the same seed and the same weights (copied across when the names match; the
+`weights` column says), at the published attention benchmark's shapes
+(docs/results/benchmark_attention_causal.csv: batch, heads, head_dim, causal; fp32 on CPU; a
+layer gets x of width heads * head_dim), or at --shape (a study's model). Both get the same
+inputs: their outputs and gradients are compared (`identical`, else the largest differences),
+then forward+backward is timed in the order before, after, after, before, ... (--repeats calls
+of each, more for short calls: --min-seconds), medians. ratio = after / before (> 1: slower
+now); pair_ratio_q25/q75 are the quartiles of the ratios of neighbouring calls, and `verdict`
+says whether the ratio is within noise (within --tolerance of 1, or the quartiles hold 1). A
+length whose predicted call exceeds --max-seconds is skipped, as in the attention benchmark.
+Running it with --before and --after the same revision measures the noise itself.
 
 torch runs --threads threads (2, as the published benchmark), with OMP_WAIT_POLICY=PASSIVE
 unless the environment sets it (the `omp_wait_policy` column): on a shared machine, threads
@@ -107,6 +107,18 @@ def published_shape(path: Path) -> Shape:
                  bool(values["causal"]))
 
 
+def shape_arg(text: str) -> Shape:
+    """--shape BATCH,HEADS,HEAD_DIM,causal|bidirectional, e.g. 32,4,32,bidirectional (a study's
+    model: listops_small's batch, heads and head_dim)."""
+    parts = text.split(",")
+    if (len(parts) != 4 or not all(part.isdigit() and int(part) > 0 for part in parts[:3])
+            or parts[3] not in ("causal", "bidirectional")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected BATCH,HEADS,HEAD_DIM,causal|bidirectional, e.g. "
+            "32,4,32,bidirectional")
+    return Shape(int(parts[0]), int(parts[1]), int(parts[2]), parts[3] == "causal")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="909c14a", help="the older revision (default "
@@ -134,6 +146,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shapes-from", type=Path, default=PUBLISHED,
                         help="the benchmark CSV whose batch, heads, head_dim, causal are used")
+    parser.add_argument("--shape", type=shape_arg, default=None,
+                        help="BATCH,HEADS,HEAD_DIM,causal|bidirectional instead of "
+                             "--shapes-from, e.g. 32,4,32,bidirectional")
     parser.add_argument("--name", default="code_versions_benchmark", help="CSV name, no suffix")
     parser.add_argument("--out", type=Path, default=OUTPUT_DIR,
                         help="folder of the CSV (default outputs/benchmarks/)")
@@ -209,7 +224,7 @@ def compare_variant(name: str, versions: tuple[Version, Version], shape: Shape,
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    shape = published_shape(args.shapes_from)
+    shape = args.shape or published_shape(args.shapes_from)
     path = args.out / f"{args.name}.csv"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="code-versions-") as scratch:

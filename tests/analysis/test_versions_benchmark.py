@@ -206,3 +206,14 @@ def test_the_checkout_against_its_own_head_is_identical(tmp_path: Path) -> None:
     table = pd.read_csv(tmp_path / "code_versions_benchmark.csv")
     assert list(table.columns) == COLUMNS
     assert table["identical"].all() and list(table["variant"]) == ["elu", "gla_layer"]
+
+
+def test_a_shape_is_given_on_the_command_line_or_refused_in_one_line() -> None:
+    script = load_script("scripts/maintainer/code_versions_benchmark.py")
+    args = script.parse_args(["--shape", "32,4,32,bidirectional"])
+    assert (args.shape.batch, args.shape.heads, args.shape.head_dim, args.shape.causal) == \
+        (32, 4, 32, False)
+    assert script.parse_args(["--shape", "1,8,64,causal"]).shape.causal
+    for bad in ("32,4,32", "32,4,0,causal", "32,4,32,yes"):
+        with pytest.raises(SystemExit):
+            script.parse_args(["--shape", bad])
