@@ -251,7 +251,7 @@ def study_report(name: str, protocol: Protocol, names: Sequence[str],
                  runs: pd.DataFrame, baseline: pd.DataFrame) -> Report:
     """The Report of a study's runs: <name>_runs.csv, <name>.csv, <name>_pairs.csv,
     <name>_spread.csv, <name>_verdicts.csv (the prediction's clauses), <name>.md, <name>.png
-    and <name>_masked_baseline.csv (`baseline`: spt_baseline.commonest_token_baseline)."""
+    and <name>_masked_baseline.csv (`baseline`: spt_baseline.masked_token_baselines)."""
     summary = summarize(runs, protocol, names)
     pairs = pairs_table(runs, protocol, names)
     spread = spread_table(runs, pairs, names)

@@ -19,7 +19,7 @@ from linarena.attention.variants import check_variant_names
 from linarena.studies.cli import add_attention_argument
 from linarena.studies.declaration import Report, Study
 from linarena.studies.spt import ARMS, load_protocol
-from linarena.studies.spt_baseline import commonest_token_baseline
+from linarena.studies.spt_baseline import masked_token_baselines
 from linarena.studies.spt_plan import plan_table, published_calibration
 from linarena.studies.spt_report import study_report
 from linarena.studies.spt_runs import (
@@ -118,7 +118,9 @@ def report(args: argparse.Namespace, loaded: Loaded, runs: pd.DataFrame) -> Repo
     """<name>_runs.csv, <name>.csv (per arm and attention), <name>_pairs.csv,
     <name>_spread.csv, <name>_verdicts.csv, <name>.md, <name>.png and
     <name>_masked_baseline.csv (spt_report); PARTIAL while runs are missing."""
-    baseline = commonest_token_baseline(loaded.protocol.preset, args.overrides)
+    protocol = loaded.protocol
+    baseline = masked_token_baselines(protocol.preset, args.overrides, protocol.mask_fraction,
+                                      protocol.seeds)
     return study_report(args.name, loaded.protocol, loaded.names, runs, baseline)
 
 
