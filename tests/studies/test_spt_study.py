@@ -21,6 +21,7 @@ from helpers.training import train_env
 from omegaconf import OmegaConf
 from PIL import Image
 
+from linarena.data.listops import ListOpsDataModule
 from linarena.studies.preset import compose_preset
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, arm_overrides, load_protocol
 from linarena.studies.spt_baseline import token_counts
@@ -295,7 +296,8 @@ def test_the_masked_token_accuracy_is_read_against_the_commonest_token(tiny_stud
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    train, test = (torch.bincount(tensors[f"{split}/values"].long()) for split in ("train", "test"))
+    train, test = (torch.bincount(tensors[f"{split}/values"].long(), minlength=16)
+                   for split in ("train", "test"))
     assert train[0] == 0 and test[0] == 0  # no padding id among the stored tokens
     token = int(train.argmax())
     assert (row["token_id"], row["token_class"]) == (token, token - 1)
@@ -305,6 +307,13 @@ def test_the_masked_token_accuracy_is_read_against_the_commonest_token(tiny_stud
     caption = (out / "spt_listops.md").read_text()
     assert f"scores {100 * row['test_share']:.1f}% in expectation" in caption
     assert f"scores {100 * row['neighbours_test_acc']:.1f}% of the" in caption
+    # The ceiling: per kind, the test count of the training's commonest token of that kind.
+    hits = 0
+    for kind in ListOpsDataModule.independent_token_kinds:
+        commonest = kind[int(torch.stack([train[token] for token in kind]).argmax())]
+        hits += int(test[commonest])
+    assert row["kind_ceiling_test_acc"] == pytest.approx(hits / test.sum().item(), abs=1e-12)
+    assert f"that kind: it scores {100 * row['kind_ceiling_test_acc']:.1f}%." in caption
 
 
 def test_the_token_counts_skip_padding() -> None:

@@ -80,6 +80,11 @@ class TaskDataModule(L.LightningDataModule):
     token_shift: ClassVar[int] = 0
     # Splits served from another stored split, e.g. text: {"val": "test"} as in LRA.
     split_aliases: ClassVar[dict[str, str]] = {}
+    # Groups of token ids (as batches carry them) within which the task's generator draws a
+    # token's identity uniformly and independently of every other token (ListOps: the digits,
+    # the operators, the closing bracket); empty where no such partition is known (pixels,
+    # text). A masked token's context can tell at most its group: spt_baseline's ceiling.
+    independent_token_kinds: ClassVar[tuple[tuple[int, ...], ...]] = ()
 
     def __init__(
         self,

@@ -141,6 +141,11 @@ class ListOpsDataModule(TaskDataModule):
     arguments below override. Generated expressions satisfy min_length < length < max_length.
     """
 
+    # The generator (and LRA's, which made the release) draws each operator from the four and
+    # each digit from the ten uniformly, whatever the tree; the closing bracket is alone.
+    independent_token_kinds = (
+        tuple(VOCAB[op] for op in SYMBOLS[:4]), (VOCAB["]"],), tuple(VOCAB[d] for d in SYMBOLS[5:]))
+
     def __init__(
         self,
         data_dir: str | Path,

@@ -1,5 +1,6 @@
 """What a pretraining run's masked-token test accuracy (the report's last column) is read against:
-the accuracy of two rules that learn nothing a model would need attention for.
+the accuracy of two rules that learn nothing a model would need attention for, and, where the
+task's generator makes one, a ceiling no rule can pass.
 
 - Commonest token: always predicting the commonest real token of the training inputs. The masks
   are Bernoulli draws over the real tokens (data.masking.mask_tokens), independent of the
@@ -9,6 +10,12 @@ the accuracy of two rules that learn nothing a model would need attention for.
   target most often found between that pair among the training inputs' masked tokens, the
   commonest token for a pair never seen. It is scored on the test split under the evaluation
   masks of every seed of the study (data.masking.mask_generator), pooled, as the runs are.
+- Kinds (a ceiling): where the generator draws a token's identity within its kind uniformly and
+  independently of every other token (the datamodule's independent_token_kinds; ListOps),
+  the context of a masked token can tell at most its kind, so no predictor scores more, in
+  expectation, than an oracle told each masked token's kind that predicts the training inputs'
+  commonest token of that kind: the sum over kinds of that token's share of the test split's
+  real tokens. Empty (NaN) for a task without such kinds.
 
 Tokens are the batches the datamodule gives training (batch["tokens"], real where
 batch["mask"]), so what counts as real is what the pretraining masks (ListOps' padding,
@@ -50,6 +57,24 @@ def token_counts(loader: Batches, vocab_size: int) -> torch.Tensor:
     for tokens, real in real_sequences(loader):
         counts += torch.bincount(tokens[real], minlength=vocab_size)
     return counts
+
+
+def kind_ceiling(train_counts: Tensor, test_counts: Tensor,
+                 kinds: Sequence[Sequence[int]]) -> float:
+    """The kind oracle's expected accuracy (the module docstring): for each kind, the test
+    split's count of the training inputs' commonest token of that kind, over the test split's
+    real tokens; NaN without kinds. `train_counts`, `test_counts`: (vocab_size,) token_counts.
+    Raises ValueError unless the kinds hold every real token id once (a group left out would
+    be scored as never predicted)."""
+    if not kinds:
+        return float("nan")
+    listed = sorted(token for kind in kinds for token in kind)
+    if listed != list(range(1, len(test_counts))):
+        raise ValueError(f"token kinds {kinds} must hold each real token id, 1 to "
+                         f"{len(test_counts) - 1}, exactly once")
+    hits = sum(int(test_counts[max(kind, key=lambda token: (train_counts[token], -token))])
+               for kind in kinds)
+    return hits / test_counts.sum().item()
 
 
 def neighbour_pairs(loader: Batches, vocab_size: int, fraction: float, seed: int,
@@ -98,8 +123,9 @@ def masked_token_baselines(preset: str, overrides: Sequence[str], fraction: floa
     """One row for experiment=<preset> (with the study's train.py `overrides`), masking
     `fraction` of the real tokens: the commonest real token of the training inputs (id, class,
     share of the training and the test split's real tokens: the latter is its expected
-    accuracy), and the neighbours rule's test accuracy under the evaluation masks of `seeds`,
-    with the counts behind them. Reads (or builds and caches) the task's data."""
+    accuracy), the neighbours rule's test accuracy under the evaluation masks of `seeds`, with
+    the counts behind them, and the kind oracle's ceiling. Reads (or builds and caches) the
+    task's data."""
     _, train = split_overrides(overrides)
     cfg = compose_preset(preset, train)
     datamodule = instantiate_group(cfg.data, "data")
@@ -123,6 +149,8 @@ def masked_token_baselines(preset: str, overrides: Sequence[str], fraction: floa
         "mask_fraction": fraction, "mask_seeds": " ".join(map(str, seeds)),
         "neighbours_test_acc": accuracy, "neighbours_masked_test_tokens": masked,
         "neighbours_unseen_share": unseen,
+        "kind_ceiling_test_acc": kind_ceiling(train_counts, test_counts,
+                                              datamodule.independent_token_kinds),
     }])
 
 
@@ -137,4 +165,14 @@ def baseline_line(baseline: pd.DataFrame, name: str) -> str:
             "from the two tokens beside it as the model sees them (the training inputs' "
             f"commonest token between that pair) scores {100 * row['neighbours_test_acc']:.1f}% "
             f"of the {row['neighbours_masked_test_tokens']:,} masked test tokens of the "
-            "seeds' evaluation masks.\n")
+            "seeds' evaluation masks." + ceiling_sentence(row) + "\n")
+
+
+def ceiling_sentence(row: pd.Series) -> str:
+    """The caption's sentence on the kind oracle's ceiling; empty for a task without kinds."""
+    if pd.isna(row["kind_ceiling_test_acc"]):
+        return ""
+    return (" The generator draws each token uniformly within its kind and independently of the "
+            "other tokens, so no predictor from context scores more, in expectation, than an "
+            "oracle told each masked token's kind that predicts the training inputs' commonest "
+            f"token of that kind: it scores {100 * row['kind_ceiling_test_acc']:.1f}%.")
