@@ -113,6 +113,21 @@ def test_every_relative_link_resolves(page: Path) -> None:
     assert broken == []
 
 
+# The only raw HTML the pages use on purpose: the small print under a published table.
+DELIBERATE_TAGS = {"sub"}
+
+
+@pytest.mark.parametrize("page", site_pages(), ids=lambda p: p.relative_to(REPO_ROOT).as_posix())
+def test_a_placeholder_in_prose_is_never_taken_for_html(page: Path) -> None:
+    """Markdown passes `<name>` through as an HTML tag: a path placeholder written outside
+    backticks vanishes from the page (`<attention>`), or strikes through everything after it
+    (`seed<s>`). Outside code, only the deliberate tags may appear."""
+    text = re.sub(r"^( *)```.*?^\1```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+    prose = re.sub(r"`[^`]*`", "", text)  # a code span may wrap across lines
+    tags = set(re.findall(r"</?([A-Za-z][\w-]*)[^>]*>", prose))
+    assert tags - DELIBERATE_TAGS == set(), "wrap the placeholder in backticks"
+
+
 def test_the_readme_is_a_front_door() -> None:
     """Under 250 lines, with the sections a newcomer looks for, each leading to its page."""
     text = README.read_text()
