@@ -21,7 +21,7 @@ from helpers.training import train_env
 from omegaconf import OmegaConf
 from PIL import Image
 
-from linarena.data.listops import ListOpsDataModule
+from linarena.data.listops import VOCAB_SIZE, ListOpsDataModule
 from linarena.studies.preset import compose_preset
 from linarena.studies.spt import ARMS, SCRATCH, SCRATCH_TOTAL, SPT, arm_overrides, load_protocol
 from linarena.studies.spt_baseline import token_counts
@@ -296,7 +296,7 @@ def test_the_masked_token_accuracy_is_read_against_the_commonest_token(tiny_stud
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    train, test = (torch.bincount(tensors[f"{split}/values"].long(), minlength=16)
+    train, test = (torch.bincount(tensors[f"{split}/values"].long(), minlength=VOCAB_SIZE)
                    for split in ("train", "test"))
     assert train[0] == 0 and test[0] == 0  # no padding id among the stored tokens
     token = int(train.argmax())
